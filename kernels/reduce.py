@@ -1,0 +1,113 @@
+"""reduce_into / divide_into: argument checks, then one numba kernel per
+(op, storage dtype), compiled on first use and cached on disk (numba
+cache=True, honouring NUMBA_CACHE_DIR)."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import convert as cv
+from . import native as nt
+from .checks import check_array, check_n, check_pair, independent_src
+from .dtypes import DTYPES, REDUCE_OPS
+
+__all__ = ["reduce_into", "divide_into", "warm", "jit_kernels"]
+
+_NATIVE_OPS = {"sum": nt.native_sum, "prod": nt.native_prod,
+               "max": nt.native_max, "min": nt.native_min}
+
+# small float dtype -> (view dtype, {op: kernel}, divide kernel)
+_SMALL = {
+    DTYPES["bf16"]: (np.dtype(np.uint16), {
+        "sum": cv.bf16_sum, "prod": cv.bf16_prod,
+        "max": cv.bf16_max, "min": cv.bf16_min}, cv.bf16_div),
+    DTYPES["fp16"]: (np.dtype(np.uint16), {
+        "sum": cv.f16_sum, "prod": cv.f16_prod,
+        "max": cv.f16_max, "min": cv.f16_min}, cv.f16_div),
+    DTYPES["fp8_e4m3"]: (np.dtype(np.uint8), {
+        "sum": cv.e4m3_sum, "prod": cv.e4m3_prod,
+        "max": cv.e4m3_max, "min": cv.e4m3_min}, cv.e4m3_div),
+    DTYPES["fp8_e5m2"]: (np.dtype(np.uint8), {
+        "sum": cv.e5m2_sum, "prod": cv.e5m2_prod,
+        "max": cv.e5m2_max, "min": cv.e5m2_min}, cv.e5m2_div),
+}
+
+# (op, dtype) -> (kernel, view dtype or None)
+_REDUCE: dict = {}
+# dtype -> (kernel, view dtype or None, type of the divisor argument)
+_DIVIDE: dict = {}
+
+for _dt in DTYPES.values():
+    if _dt in _SMALL:
+        _view, _ops, _div = _SMALL[_dt]
+        for _op in REDUCE_OPS:
+            _REDUCE[_op, _dt] = (_ops[_op], _view)
+        _DIVIDE[_dt] = (_div, _view, np.float32)
+        continue
+    for _op in REDUCE_OPS:
+        _REDUCE[_op, _dt] = (_NATIVE_OPS[_op], None)
+    if _dt.kind == "f":
+        _DIVIDE[_dt] = (nt.float_div, None, _dt.type)
+    elif _dt.itemsize == 8:
+        _DIVIDE[_dt] = (nt.int_div_exact, None, _dt.type)
+    else:
+        _DIVIDE[_dt] = (nt.int_div_f64, None, np.float64)
+del _dt, _view, _ops, _div, _op
+
+
+def reduce_into(dst: np.ndarray, src: np.ndarray, op: str) -> None:
+    """``dst[:] = op(dst, src)`` elementwise, in place, with a numba kernel.
+
+    dst and src: 1-D C-contiguous arrays of one supported dtype and length.
+    op: one of REDUCE_OPS.  Raises ValueError on any mismatch.
+    """
+    check_pair(dst, src, op)
+    if dst.size == 0:
+        return
+    kernel, view = _REDUCE[op, dst.dtype]
+    src = independent_src(dst, src)
+    if view is None:
+        kernel(dst, src)
+    else:
+        kernel(dst.view(view), src.view(view))
+
+
+def divide_into(dst: np.ndarray, n: int) -> None:
+    """``dst[:] = dst / n`` in place (the last step of an "avg" reduction).
+
+    fp32 / fp64 divide natively; fp16, bf16 and fp8 divide in float32 and
+    round to nearest even; integers truncate toward zero (C, as NCCL), int64
+    and uint64 with exact integer division.
+    """
+    check_array("dst", dst, writeable=True)
+    n = check_n(n)
+    if dst.size == 0:
+        return
+    kernel, view, ntype = _DIVIDE[dst.dtype]
+    kernel(dst if view is None else dst.view(view), ntype(n))
+
+
+def warm() -> int:
+    """Compile, or load from numba's disk cache, every specialisation.
+
+    Covers each op x dtype of reduce_into and each dtype of divide_into;
+    returns how many specialisations that is (4 * 14 + 14 = 70).  Run it once
+    before starting many ranks so that they all load from the cache.
+    """
+    count = 0
+    for dt in DTYPES.values():
+        for op in REDUCE_OPS:
+            reduce_into(np.zeros(1, dt), np.zeros(1, dt), op)
+            count += 1
+        divide_into(np.zeros(1, dt), 1)
+        count += 1
+    return count
+
+
+def jit_kernels() -> list:
+    """Every numba dispatcher used by reduce_into and divide_into."""
+    seen: dict[int, object] = {}
+    for kernel, _ in _REDUCE.values():
+        seen.setdefault(id(kernel), kernel)
+    for kernel, _, _ in _DIVIDE.values():
+        seen.setdefault(id(kernel), kernel)
+    return list(seen.values())

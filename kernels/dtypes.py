@@ -36,40 +36,39 @@ REDUCE_OPS = ("sum", "prod", "max", "min")
 #: result is rounded back (round to nearest, ties to even).
 SMALL_FLOATS = frozenset(DTYPES[k] for k in ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2"))
 
-# Lower-case spelling -> short name.  Strings only: the Python type ``int``
-# stays numpy's int64, but the string "int" is NCCL's ncclInt (32 bits).
+# Lower-case spelling -> short name.  Strings only.  Where NCCL and numpy
+# disagree, these follow NCCL / nccl-tests: "float" is fp32 (numpy: float64),
+# "int" is int32 and "uint" uint32 (numpy: 64 bits); the Python types float
+# and int keep numpy's meaning.  numpy's own codes ("f4", "i8" = int64, "u2")
+# are left to numpy, so no alias here collides with one.
 _ALIASES: dict[str, str] = {name: name for name in DTYPES}
 _ALIASES.update({
-    # fp32
-    "float": "fp32", "float32": "fp32", "f32": "fp32", "single": "fp32",
-    # fp16
-    "half": "fp16", "float16": "fp16", "f16": "fp16",
-    # bf16
-    "bfloat16": "bf16", "bfloat": "bf16",
-    # fp8, e4m3 (the "fn" variant: no infinity, a single NaN per sign)
+    "float": "fp32", "float32": "fp32", "single": "fp32",
+    "half": "fp16", "float16": "fp16",
+    "bfloat16": "bf16",
+    # fp8 e4m3 is the "fn" variant: no infinity, one NaN per sign
     "fp8": "fp8_e4m3", "e4m3": "fp8_e4m3", "f8e4m3": "fp8_e4m3", "fp8e4m3": "fp8_e4m3",
     "fp8_e4m3fn": "fp8_e4m3", "float8_e4m3": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3",
-    # fp8, e5m2
     "e5m2": "fp8_e5m2", "f8e5m2": "fp8_e5m2", "fp8e5m2": "fp8_e5m2",
     "float8_e5m2": "fp8_e5m2",
-    # fp64
-    "double": "fp64", "float64": "fp64", "f64": "fp64",
-    # integers (NCCL: ncclChar = int8, ncclInt = int32, ncclUint32)
-    "char": "int8", "i8": "int8", "u8": "uint8",
-    "short": "int16", "i16": "int16", "u16": "uint16",
-    "int": "int32", "i32": "int32", "uint": "uint32", "u32": "uint32",
-    "i64": "int64", "u64": "uint64",
+    "double": "fp64", "float64": "fp64",
+    # NCCL: ncclChar = int8, ncclInt = int32, ncclUint32
+    "char": "int8", "short": "int16", "int": "int32", "uint": "uint32",
 })
 
 _NAMES: dict[np.dtype, str] = {dt: name for name, dt in DTYPES.items()}
 
 
+def _shown(x) -> str:
+    if isinstance(x, str):
+        return x
+    return getattr(x, "__name__", None) or str(x)
+
+
 def _unsupported(x, why: str = "") -> ValueError:
-    shown = x if isinstance(x, str) else getattr(x, "__name__", None) or str(x)
-    supported = ", ".join(DTYPES)
     extra = f" ({why})" if why else ""
     return ValueError(
-        f"unsupported dtype {shown!r}{extra}; supported: {supported} "
+        f"unsupported dtype {_shown(x)!r}{extra}; supported: {', '.join(DTYPES)} "
         f"(aliases include fp8, float, half, bfloat16, double, int)")
 
 
@@ -85,21 +84,19 @@ def canonical_dtype(x) -> np.dtype:
         name = _ALIASES.get(x.strip().lower())
         if name is not None:
             return DTYPES[name]
-    if x is None:
+    if x is None:                       # np.dtype(None) would be float64
         raise _unsupported(x)
     try:
         dt = np.dtype(x)
-    except (TypeError, ValueError) as exc:
-        raise _unsupported(x, "not a dtype") from exc
-    # dtype equality, not ``in``: '>f4' (big-endian) is not float32 here.
+    except (TypeError, ValueError):
+        raise _unsupported(x, "not a dtype") from None
+    # dtype equality, not identity: '>f4' (big-endian) is not float32 here
     for supported in DTYPES.values():
         if dt == supported:
             return supported
-    if dt.kind in "iufc" and not dt.isnative:
-        raise _unsupported(x, f"{dt.str}: byte order is not native")
-    if dt is not x and str(dt) != str(x):
-        raise _unsupported(x, str(dt))
-    raise _unsupported(x)
+    if not dt.isnative:
+        raise _unsupported(x, "byte order is not native")
+    raise _unsupported(x, "" if str(dt) == _shown(x) else str(dt))
 
 
 def dtype_name(dtype) -> str:

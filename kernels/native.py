@@ -10,8 +10,7 @@ from __future__ import annotations
 from numba import njit, types
 from numba.extending import intrinsic
 
-# error_model="numpy": no ZeroDivisionError branch in the loops.
-JIT_OPTIONS = dict(nogil=True, cache=True, error_model="numpy")
+from .llvm_ops import JIT_OPTIONS
 
 
 @intrinsic

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import convert as cv
 from . import native as nt
 from .checks import check_array, check_n, check_pair, independent_src
+from .convert import SMALL_FLOAT_KERNELS
 from .dtypes import DTYPES, REDUCE_OPS
 
 __all__ = ["reduce_into", "divide_into", "warm", "jit_kernels"]
@@ -15,30 +15,14 @@ __all__ = ["reduce_into", "divide_into", "warm", "jit_kernels"]
 _NATIVE_OPS = {"sum": nt.native_sum, "prod": nt.native_prod,
                "max": nt.native_max, "min": nt.native_min}
 
-# small float dtype -> (view dtype, {op: kernel}, divide kernel)
-_SMALL = {
-    DTYPES["bf16"]: (np.dtype(np.uint16), {
-        "sum": cv.bf16_sum, "prod": cv.bf16_prod,
-        "max": cv.bf16_max, "min": cv.bf16_min}, cv.bf16_div),
-    DTYPES["fp16"]: (np.dtype(np.uint16), {
-        "sum": cv.f16_sum, "prod": cv.f16_prod,
-        "max": cv.f16_max, "min": cv.f16_min}, cv.f16_div),
-    DTYPES["fp8_e4m3"]: (np.dtype(np.uint8), {
-        "sum": cv.e4m3_sum, "prod": cv.e4m3_prod,
-        "max": cv.e4m3_max, "min": cv.e4m3_min}, cv.e4m3_div),
-    DTYPES["fp8_e5m2"]: (np.dtype(np.uint8), {
-        "sum": cv.e5m2_sum, "prod": cv.e5m2_prod,
-        "max": cv.e5m2_max, "min": cv.e5m2_min}, cv.e5m2_div),
-}
-
 # (op, dtype) -> (kernel, view dtype or None)
 _REDUCE: dict = {}
 # dtype -> (kernel, view dtype or None, type of the divisor argument)
 _DIVIDE: dict = {}
 
 for _dt in DTYPES.values():
-    if _dt in _SMALL:
-        _view, _ops, _div = _SMALL[_dt]
+    if _dt in SMALL_FLOAT_KERNELS:
+        _view, _ops, _div = SMALL_FLOAT_KERNELS[_dt][:3]
         for _op in REDUCE_OPS:
             _REDUCE[_op, _dt] = (_ops[_op], _view)
         _DIVIDE[_dt] = (_div, _view, np.float32)

@@ -1,0 +1,1 @@
+"""neuron_mpi.launch: the ``neuron-mpirun`` launcher (see launch/mpirun.py)."""

@@ -5,6 +5,7 @@ from .errors import (AlgorithmError, CollectiveMismatchError, CollectiveTimeoutE
                      CommunicatorFailedError, InvalidArgumentError, NeuronMPIError,
                      TopologyError, UnsupportedGroupError)
 from .topology import Link, Placement, Topology, topology
+from .comm import AVG, MAX, MIN, PROD, SUM, Communicator, Handle, init
 
 __version__ = "0.1.0"
 
@@ -12,5 +13,6 @@ __all__ = [
     "AlgorithmError", "CollectiveMismatchError", "CollectiveTimeoutError",
     "CommunicatorFailedError", "InvalidArgumentError", "NeuronMPIError",
     "TopologyError", "UnsupportedGroupError", "Link", "Placement", "Topology",
-    "topology", "__version__",
+    "topology", "__version__", "init", "Communicator", "Handle",
+    "SUM", "PROD", "MAX", "MIN", "AVG",
 ]

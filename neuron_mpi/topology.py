@@ -242,9 +242,9 @@ class Topology:
         for cyc in self.chip_cycles:
             order = []
             for n in range(self.nodes):
+                # odd nodes walk the cycle backwards: they start on the chip where
+                # the previous node ended (its last chip), so the hop is a rail link
                 seq = cyc if n % 2 == 0 else tuple(reversed(cyc))
-                if n % 2 == 1:
-                    seq = seq[-1:] + seq[:-1]  # start where the previous node ended
                 for chip in seq:
                     order.extend(self.ranks_on_chip(n * self.chips_per_node + chip))
             rings.append(tuple(order))
@@ -366,4 +366,4 @@ def topology(instance=None, lnc=None, nodes=None, ranks=None) -> Topology:
         probe = Topology(instance, lnc, 1)
         per_node = probe.ranks_per_node
         nodes = max(1, -(-ranks // per_node))
-    return Topology(instance, lnc, nodes or 1, ranks)
+    return Topology(instance, lnc, 1 if nodes is None else nodes, ranks)

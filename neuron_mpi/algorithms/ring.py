@@ -1,0 +1,73 @@
+"""Ring phases: reduce-scatter and all-gather around one directed cycle.
+
+``order`` lists group indices by ring position; position k sends to k+1. ``regions``
+gives, per position, the (offset, length) regions that position owns: for
+reduce-scatter the ones it ends up holding fully reduced, for all-gather the ones it
+starts with. Several regions per position let one ring carry non-contiguous blocks
+(the hierarchical phases need that). Empty regions send nothing.
+"""
+from __future__ import annotations
+
+from ..schedule import Xfer, split
+
+
+def reduce_scatter_rounds(order, regions, buf) -> list[list[Xfer]]:
+    """After n-1 rounds, position j holds its regions reduced over the whole ring
+    (in ring order starting at position j+1)."""
+    n = len(order)
+    rounds = []
+    for s in range(n - 1):
+        rnd = []
+        for k in range(n):
+            for off, ln in regions[(k - s - 1) % n]:
+                if ln:
+                    rnd.append(Xfer(order[k], order[(k + 1) % n], buf, off, ln, buf, off, True))
+        rounds.append(rnd)
+    return rounds if any(rounds) else []
+
+
+def all_gather_rounds(order, regions, buf) -> list[list[Xfer]]:
+    """After n-1 rounds every position holds every position's regions."""
+    n = len(order)
+    rounds = []
+    for s in range(n - 1):
+        rnd = []
+        for k in range(n):
+            for off, ln in regions[(k - s) % n]:
+                if ln:
+                    rnd.append(Xfer(order[k], order[(k + 1) % n], buf, off, ln, buf, off, False))
+        rounds.append(rnd)
+    return rounds if any(rounds) else []
+
+
+def all_reduce_rounds(order, off, length, buf) -> list[list[Xfer]]:
+    """Ring all-reduce of one region: reduce-scatter then all-gather of n chunks."""
+    chunks = [[(off + o, ln)] for o, ln in split(length, len(order))]
+    return reduce_scatter_rounds(order, chunks, buf) + all_gather_rounds(order, chunks, buf)
+
+
+def sub_block_regions(order, block_offs, block_counts, part, parts):
+    """Per position: part ``part`` of ``parts`` of the block of the member there."""
+    out = []
+    for g in order:
+        o, ln = split(block_counts[g], parts)[part]
+        out.append([(block_offs[g] + o, ln)])
+    return out
+
+
+def pipeline_rounds(order, off, length, pieces, first_buf, buf) -> list[list[Xfer]]:
+    """A chain from order[0] to order[-1], the region cut into ``pieces`` that follow
+    each other down the chain (broadcast)."""
+    chunks = split(length, max(1, min(pieces, length)))
+    n = len(order)
+    rounds = []
+    for t in range(len(chunks) + n - 2):
+        rnd = []
+        for p in range(n - 1):
+            c = t - p
+            if 0 <= c < len(chunks) and chunks[c][1]:
+                o, ln = chunks[c]
+                rnd.append(Xfer(order[p], order[p + 1], first_buf if p == 0 else buf,
+                                off + o, ln, buf, off + o))
+        rounds.append(rnd)
+    return [r for r in rounds if r]

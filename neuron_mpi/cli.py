@@ -1,0 +1,139 @@
+"""The ``neuron-mpi`` command: subcommands over the library (``topo`` for now).
+
+To add a subcommand, write ``_configure(parser)`` and ``_run(args) -> int`` and
+register them in ``COMMANDS``::
+
+    COMMANDS["bench"] = Command("run a collective benchmark", _bench_args, _bench_run)
+
+Errors the library raises (NeuronMPIError) become one line on stderr,
+``neuron-mpi: error: ...``, and exit status 2; so do bad command-line arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+from . import catalog as cat
+from .errors import NeuronMPIError
+
+PROG = "neuron-mpi"
+
+
+class UsageError(Exception):
+    """A bad command line: reported in one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (no usage dump) and no SystemExit."""
+
+    def error(self, message):
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+@dataclass(frozen=True)
+class Command:
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+# --- shared arguments --------------------------------------------------------------
+def add_topology_arguments(p: argparse.ArgumentParser) -> None:
+    """--instance, --lnc, --nodes; left None when not given so that
+    neuron_mpi.topology.resolve applies the env and defaults."""
+    g = p.add_argument_group(
+        "topology", "Unset options come from env NEURON_MPI_INSTANCE, "
+        f"NEURON_LOGICAL_NC_CONFIG, NEURON_MPI_NODES, else {cat.DEFAULT_INSTANCE} at its "
+        "default LNC on 1 node.")
+    g.add_argument("--instance", metavar="NAME",
+                   help="instance type, one of: " + ", ".join(cat.CATALOG))
+    g.add_argument("--lnc", type=int, metavar="L",
+                   help="logical NeuronCore size: 1 or 2 physical cores per rank "
+                        "(trn2 only; trn1 and inf2 use 1)")
+    g.add_argument("--nodes", type=int, metavar="N",
+                   help="instances joined by EFA (only where the instance has EFA)")
+
+
+def topology_from_args(args: argparse.Namespace):
+    from .topology import resolve, topology
+
+    instance, lnc, nodes = resolve(args.instance, args.lnc, args.nodes)
+    return topology(instance, lnc, nodes, getattr(args, "ranks", None))
+
+
+# --- topo --------------------------------------------------------------------------
+def _topo_configure(p: argparse.ArgumentParser) -> None:
+    add_topology_arguments(p)
+    p.add_argument("-n", "--ranks", type=int, metavar="R",
+                   help="world size, if smaller than the instance (it occupies the first "
+                        "chips); default: every rank of every node")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text: a picture for the terminal (default); json: "
+                        "Topology.to_json() (ranks, links, rings)")
+
+
+def _topo_run(args: argparse.Namespace) -> int:
+    topo = topology_from_args(args)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(topo.to_json(), indent=1) + "\n")
+    else:
+        from .render import render_text
+
+        sys.stdout.write(render_text(topo))
+    return 0
+
+
+COMMANDS: dict[str, Command] = {
+    "topo": Command("show the ranks, chips, links and rings of an instance topology",
+                    _topo_configure, _topo_run),
+}
+
+
+# --- entry point -------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = _Parser(
+        prog=PROG,
+        description="AWS Neuron collective communication, emulated over MPI.",
+        epilog=f"Run '{PROG} COMMAND --help' for a command's options. "
+               "Launch MPI programs with neuron-mpirun.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, cmd in COMMANDS.items():
+        sp = sub.add_parser(name, help=cmd.help, description=cmd.help[:1].upper() + cmd.help[1:])
+        cmd.configure(sp)
+        sp.set_defaults(_run=cmd.run)
+    return parser
+
+
+def _fail(message: str) -> int:
+    sys.stderr.write(f"{PROG}: error: {message}\n")
+    return 2
+
+
+def main(argv=None) -> int:
+    """Parse argv (default sys.argv[1:]), run the subcommand, return the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if getattr(args, "_run", None) is None:
+            parser.print_help(sys.stderr)
+            return 2
+        return args._run(args)
+    except UsageError as e:
+        return _fail(str(e))
+    except NeuronMPIError as e:
+        return _fail(str(e))
+    except BrokenPipeError:  # e.g. `neuron-mpi topo | head`
+        try:
+            sys.stdout = None  # no flush error at exit
+        finally:
+            return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""The transport: one progress engine per process over a private MPI communicator.
+
+Every hop is two buffer-based MPI messages to a neighbour: a fixed header (int64[8])
+and, when non-empty, the payload. The receiver's engine reads the header and either
+keeps the payload for a local consumer (keyed by communicator id, sequence number
+and transfer id) or forwards it one hop further along ``Topology.route``. So a
+rank forwards for groups it is not a member of, as long as it is inside any
+neuron_mpi call; at exit every rank keeps forwarding until all ranks are done
+(``drain``). Nothing is pickled.
+
+Waiting blocks in ``MPI.Request.Waitany`` on the header receive plus the pending
+sends, so an idle rank sleeps in MPI's own progress loop (which yields the CPU when
+oversubscribed) rather than spinning in Python.
+"""
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+HDR_LEN = 8
+TAG_HDR = 0x4E31
+TAG_DATA = 0x4E32
+K_DATA = 1
+K_WAKE = 2  # wakes a blocked Waitany (watchdogs); carries nothing
+
+
+class Engine:
+    def __init__(self, comm: MPI.Comm, topo):
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.topo = topo
+        self._hdr = np.empty(HDR_LEN, np.int64)
+        self._status = MPI.Status()
+        self._hdr_req = comm.Irecv(self._hdr, MPI.ANY_SOURCE, TAG_HDR)
+        self._stash: dict[tuple, np.ndarray] = {}
+        self._sends: list = []  # [request, keepalive]
+        self.ledger: dict[tuple[int, str], list[int]] = {}
+        self.active: list = []  # executions that progress whenever the engine runs
+        self.closed = False
+
+    # --- sending -----------------------------------------------------------------
+    def post(self, key: tuple[int, int, int], dst: int, payload: np.ndarray,
+             origin: int | None = None) -> list:
+        """Send ``payload`` (a contiguous uint8 view) towards world rank ``dst``.
+        Returns the requests of this hop (complete once the bytes left)."""
+        origin = self.rank if origin is None else origin
+        if dst == self.rank:
+            self._stash[key] = payload.copy()
+            return []
+        path = self.topo.route(origin, dst)
+        nxt = path[path.index(self.rank) + 1]
+        nbytes = payload.nbytes
+        hdr = np.array([K_DATA, key[0], key[1], key[2], nbytes, dst, origin, 0], np.int64)
+        reqs = [self.comm.Isend(hdr, nxt, TAG_HDR)]
+        self._sends.append([reqs[0], hdr])
+        if nbytes:
+            reqs.append(self.comm.Isend(payload, nxt, TAG_DATA))
+            self._sends.append([reqs[1], payload])
+        spec = self.topo.link_between_ranks(self.rank, nxt)
+        entry = self.ledger.setdefault((nxt, spec.kind), [0, 0])
+        entry[0] += nbytes
+        entry[1] += 1
+        return reqs
+
+    def wake(self) -> None:
+        """Make a blocked wait on this rank return (safe from another thread)."""
+        hdr = np.array([K_WAKE, 0, 0, 0, 0, self.rank, self.rank, 0], np.int64)
+        self.comm.Send(hdr, self.rank, TAG_HDR)
+
+    # --- receiving ---------------------------------------------------------------
+    def take(self, key) -> np.ndarray | None:
+        return self._stash.pop(key, None)
+
+    def has(self, key) -> bool:
+        return key in self._stash
+
+    def _on_header(self) -> None:
+        h = self._hdr.copy()
+        src = self._status.Get_source()
+        self._hdr_req = self.comm.Irecv(self._hdr, MPI.ANY_SOURCE, TAG_HDR)
+        if h[0] == K_WAKE:
+            return
+        nbytes = int(h[4])
+        buf = np.empty(nbytes, np.uint8)
+        if nbytes:
+            self.comm.Recv(buf, src, TAG_DATA)
+        key = (int(h[1]), int(h[2]), int(h[3]))
+        dst = int(h[5])
+        if dst == self.rank:
+            self._stash[key] = buf
+        else:
+            self.post(key, dst, buf, origin=int(h[6]))
+
+    def _gc_sends(self) -> None:
+        self._sends = [s for s in self._sends if s[0] != MPI.REQUEST_NULL]
+
+    def poll(self) -> None:
+        """Serve whatever has arrived, without blocking."""
+        while self._hdr_req.Test(self._status):
+            self._on_header()
+        if self._sends:
+            MPI.Request.Testsome([s[0] for s in self._sends])
+            self._gc_sends()
+
+    def _advance_active(self) -> None:
+        if self.active:
+            self.active = [ex for ex in self.active if not ex.advance()]
+
+    def wait_until(self, done) -> None:
+        """Progress (serving and forwarding) until ``done()`` is true."""
+        self.poll()
+        self._advance_active()
+        while not done():
+            reqs = [self._hdr_req] + [s[0] for s in self._sends]
+            idx = MPI.Request.Waitany(reqs, self._status)
+            if idx == 0:
+                self._on_header()
+            elif idx != MPI.UNDEFINED:
+                self._sends[idx - 1][0] = MPI.REQUEST_NULL
+                self._gc_sends()
+            self.poll()
+            self._advance_active()
+
+    def sends_pending(self) -> bool:
+        self.poll()
+        return bool(self._sends)
+
+    def drain(self) -> None:
+        """Keep forwarding until every rank of the private communicator has arrived
+        here and this rank's own sends are out (called at exit)."""
+        if self.closed:
+            return
+        self.closed = True
+        self._advance_active()
+        self.wait_until(lambda: not self.active)
+        barrier = self.comm.Ibarrier()
+        self.wait_until(lambda: barrier.Test() and not self.sends_pending())
+        self._hdr_req.Cancel()
+        self._hdr_req.Wait()
+
+    def link_stats(self) -> list[dict]:
+        return [{"src": self.rank, "dst": dst, "link": kind, "bytes": b, "messages": m}
+                for (dst, kind), (b, m) in sorted(self.ledger.items())]

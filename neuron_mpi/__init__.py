@@ -5,7 +5,17 @@ from .errors import (AlgorithmError, CollectiveMismatchError, CollectiveTimeoutE
                      CommunicatorFailedError, InvalidArgumentError, NeuronMPIError,
                      TopologyError, UnsupportedGroupError)
 from .topology import Link, Placement, Topology, topology
-from .comm import AVG, MAX, MIN, PROD, SUM, Communicator, Handle, init
+
+SUM, PROD, MAX, MIN, AVG = "sum", "prod", "max", "min", "avg"
+
+
+def __getattr__(name):
+    # the MPI half loads on first use, so `neuron-mpi topo`, the model and the
+    # launcher never start MPI
+    if name in ("init", "Communicator", "Handle"):
+        from . import comm
+        return getattr(comm, name)
+    raise AttributeError(f"module 'neuron_mpi' has no attribute {name!r}")
 
 __version__ = "0.1.0"
 

@@ -106,17 +106,19 @@ class Engine:
         if self.active:
             self.active = [ex for ex in self.active if not ex.advance()]
 
-    def wait_until(self, done) -> None:
-        """Progress (serving and forwarding) until ``done()`` is true."""
+    def wait_until(self, done, extra=None) -> None:
+        """Progress (serving and forwarding) until ``done()`` is true. ``extra``:
+        other requests whose completion ``done`` depends on (they wake the wait)."""
         self.poll()
         self._advance_active()
         while not done():
-            reqs = [self._hdr_req] + [s[0] for s in self._sends]
+            ext = [r for r in (extra or ()) if r != MPI.REQUEST_NULL]
+            reqs = [self._hdr_req] + ext + [s[0] for s in self._sends]
             idx = MPI.Request.Waitany(reqs, self._status)
             if idx == 0:
                 self._on_header()
-            elif idx != MPI.UNDEFINED:
-                self._sends[idx - 1][0] = MPI.REQUEST_NULL
+            elif idx != MPI.UNDEFINED and idx > len(ext):
+                self._sends[idx - 1 - len(ext)][0] = MPI.REQUEST_NULL
                 self._gc_sends()
             self.poll()
             self._advance_active()
@@ -133,8 +135,9 @@ class Engine:
         self.closed = True
         self._advance_active()
         self.wait_until(lambda: not self.active)
-        barrier = self.comm.Ibarrier()
-        self.wait_until(lambda: barrier.Test() and not self.sends_pending())
+        barrier = [self.comm.Ibarrier()]
+        self.wait_until(lambda: barrier[0] == MPI.REQUEST_NULL and not self.sends_pending(),
+                        extra=barrier)
         self._hdr_req.Cancel()
         self._hdr_req.Wait()
 

@@ -7,19 +7,67 @@ or ``out`` when given (``out`` may be ``x`` where the shapes allow).
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
+import os
+import time
 
 import numpy as np
 from mpi4py import MPI
 
+from . import agree as A
 from . import groups as G
 from . import validate as V
 from .algorithms.group import GroupView
 from .algorithms.select import choose, schedule_for
 from .engine import Engine
-from .errors import InvalidArgumentError
+from .errors import (CollectiveMismatchError, CollectiveTimeoutError,
+                     CommunicatorFailedError, InvalidArgumentError, NeuronMPIError)
 from .executor import Execution, Plan, make_buffers
+from .recorder import FlightRecorder
 from .topology import topology as make_topology
+
+DEFAULT_TIMEOUT = 60.0
+
+
+def _timeout_seconds(timeout) -> float | None:
+    """The deadline of one call: ``timeout=`` (seconds; 0 or None... see below),
+    else NEURON_MPI_TIMEOUT, else DEFAULT_TIMEOUT. 0 or a negative value means no
+    deadline."""
+    if timeout is None:
+        raw = os.environ.get("NEURON_MPI_TIMEOUT")
+        if raw:
+            try:
+                timeout = float(raw)
+            except ValueError:
+                raise InvalidArgumentError(
+                    f"NEURON_MPI_TIMEOUT: expected seconds, got {raw!r}") from None
+        else:
+            timeout = DEFAULT_TIMEOUT
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise InvalidArgumentError(f"timeout: expected seconds (a number), got {timeout!r}")
+    return float(timeout) if timeout > 0 else None
+
+
+def _checking() -> bool:
+    return os.environ.get("NEURON_MPI_CHECK", "1").strip() not in ("0", "false", "no", "off")
+
+
+def _collective(op):
+    """Wrap a collective: refuse on a failed communicator; when a rank rejects its
+    own arguments, tell the group (so every member fails alike) and re-raise."""
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(self, *args, **kwargs):
+            self._ensure_usable()
+            try:
+                return fn(self, *args, **kwargs)
+            except InvalidArgumentError as e:
+                if not getattr(e, "agreed", False):
+                    self._tell_group_rejected(op, kwargs.get("timeout"))
+                raise
+        return wrapper
+    return deco
 
 SUM, PROD, MAX, MIN, AVG = "sum", "prod", "max", "min", "avg"
 
@@ -46,7 +94,7 @@ class Handle:
 
     def wait(self):
         if not self._finished:
-            self._comm._engine.wait_until(lambda: self._ex.done)
+            self._comm._ensure_usable()
             self._result = self._finish()
             self._finished = True
         return self._result
@@ -58,8 +106,13 @@ def _child_id(parent: int, nsplit: int, index: int) -> int:
 
 
 class Communicator:
-    def __init__(self, engine: Engine, topo, ranks, comm_id: int, strict: bool):
+    def __init__(self, engine: Engine, topo, ranks, comm_id: int, strict: bool,
+                 mcomm: MPI.Comm, recorder: FlightRecorder):
         self._engine = engine
+        self._mcomm = mcomm  # the group's MPI communicator: for argument agreement
+        self._recorder = recorder
+        recorder.register(comm_id, ranks)
+        self._failed: BaseException | None = None
         self.topology = topo
         self._ranks = tuple(ranks)  # world ranks of the members
         self._view = GroupView(topo, self._ranks)
@@ -96,11 +149,102 @@ class Communicator:
             self._plans[key] = plan
         return plan
 
+    # --- reliability: agreement, deadlines, failure ---------------------------------
+    def _ensure_usable(self):
+        if self._failed is not None:
+            raise CommunicatorFailedError(
+                f"this communicator failed earlier and cannot be used: {self._failed}"
+            ) from self._failed
+
+    def _fail(self, err, entry=None, ex=None):
+        self._failed = err
+        if ex is not None and ex in self._engine.active:
+            self._engine.active.remove(ex)
+        if entry is not None:
+            FlightRecorder.fail(entry, err, getattr(err, "waiting_for", None))
+        self._recorder.dump(f"{type(err).__name__}: {err}")
+
+    def _exchange(self, fp, op, timeout, rows=None):
+        """All-gather fingerprints (and all-to-all-v count rows) across the group,
+        serving the engine meanwhile, then compare them."""
+        seconds = _timeout_seconds(timeout)
+        deadline = None if seconds is None else time.monotonic() + seconds
+        table = np.empty((self.size, fp.size), np.int64)
+        reqs = [self._mcomm.Iallgather(fp, table)]
+        if rows is not None:
+            all_rows = np.empty((self.size, rows.size), np.int64)
+            reqs.append(self._mcomm.Iallgather(rows, all_rows))
+
+        def expired():
+            err = CollectiveTimeoutError(
+                f"{op} (call {fp[A.SEQ]} on this communicator): no agreement on the "
+                f"arguments within {seconds:g} s: some of the {self.size} ranks have not "
+                "called it (a rank exited, skipped the call, or is stuck elsewhere)")
+            err.waiting_for = "argument agreement"
+            return err
+
+        self._engine.wait_until(lambda: all(r == MPI.REQUEST_NULL for r in reqs),
+                                extra=reqs, deadline=deadline, on_timeout=expired)
+        A.compare(table, op, int(fp[A.SEQ]))
+        if rows is not None:
+            A.check_all_to_all_v(all_rows, op)
+
+    def _tell_group_rejected(self, op, timeout):
+        """This rank rejected its arguments: take part in the agreement with status 1
+        so the other members fail too instead of waiting; the caller then raises its
+        own error."""
+        if not (_checking() and self.size > 1):
+            return
+        self._seq += 1
+        try:
+            self._exchange(A.fingerprint(op, self._seq, status=1), op, timeout)
+        except NeuronMPIError:
+            pass
+
+    def _timeout_error(self, ex, op, seconds):
+        step, pending = ex.waiting_for()
+        topo = self.topology
+        me = self.world_rank
+        if pending:
+            parts = []
+            for src, xid in pending[:4]:
+                path = topo.route(src, me)
+                prev = path[-2]
+                link = topo.link_between_ranks(prev, me).kind
+                via = "" if prev == src else f" forwarded via rank {prev}"
+                parts.append(f"data from rank {src} (transfer {xid}){via} over {link}")
+            more = f" and {len(pending) - 4} more" if len(pending) > 4 else ""
+            what = "; ".join(parts) + more
+        else:
+            what = "its own sends to complete"
+        err = CollectiveTimeoutError(
+            f"{op} (call {ex.seq} on this communicator, algorithm {ex.algorithm}) timed out "
+            f"after {seconds:g} s at step {step + 1} of {len(ex.plan.steps)}: waiting for "
+            f"{what}")
+        err.waiting_for = {"step": step, "pending": [list(p) for p in pending]}
+        return err
+
     def _run(self, op, algorithm, sizes, x, out, out_shape, reduce_op="sum", extra=None,
-             async_op=False):
+             async_op=False, timeout=None, fp_count=None, dig=0, rows=None):
         """x: validated input; out: validated out or None."""
         avg = reduce_op == "avg"
         algo = choose(op, self._view, algorithm)
+        seconds = _timeout_seconds(timeout)
+        seq = self._seq + 1
+        count = int(x.size) if fp_count is None else fp_count
+        entry = self._recorder.start(self._id, seq, op, algo, count, str(x.dtype), self.size)
+        self._seq = seq
+        try:
+            if _checking() and self.size > 1:
+                root = extra if op == "broadcast" else -1
+                fp = A.fingerprint(op, seq, count, x.dtype, reduce_op if op in (
+                    "all_reduce", "reduce_scatter", "reduce_scatter_v") else None,
+                    root, dig, algo)
+                self._exchange(fp, op, timeout, rows)
+        except NeuronMPIError as e:
+            e.agreed = True
+            self._fail(e, entry)
+            raise
         plan = self._plan(op, algo, sizes, avg, extra)
         x_flat = np.ascontiguousarray(x).reshape(-1)
         result = out if out is not None else np.empty(out_shape, x.dtype)
@@ -109,43 +253,53 @@ class Communicator:
         if x_flat.size and out_flat.size and np.shares_memory(x_flat, out_flat):
             x_flat = x_flat.copy()  # in place: keep the input readable throughout
         bufs = make_buffers(x_flat, out_flat, plan.tmp_elems, x.dtype)
-        self._seq += 1
-        ex = Execution(self._engine, plan, bufs, self._id, self._seq, op,
+        ex = Execution(self._engine, plan, bufs, self._id, seq, op,
                        "sum" if avg else reduce_op)
         ex.algorithm = algo
+        deadline = None if seconds is None else time.monotonic() + seconds
 
-        def finish():
+        def wait():
+            try:
+                self._engine.wait_until(ex.advance, deadline=deadline,
+                                        on_timeout=lambda: self._timeout_error(ex, op, seconds))
+            except CollectiveTimeoutError as e:
+                self._fail(e, entry, ex)
+                raise
             if target is not result:
                 result[...] = target
+            FlightRecorder.finish(entry)
             return result
 
         if async_op:
             self._engine.active.append(ex)
-            return Handle(self, ex, finish)
-        self._engine.wait_until(ex.advance)
-        return finish()
+            return Handle(self, ex, wait)
+        return wait()
 
     def algorithm_for(self, op: str, algorithm=None) -> str:
         """The algorithm ``op`` would run with on this group (for --show-algorithm)."""
         return choose(op, self._view, algorithm)
 
     # --- collectives ----------------------------------------------------------------
-    def all_reduce(self, x, op="sum", out=None, algorithm=None, async_op=False):
+    @_collective("all_reduce")
+    def all_reduce(self, x, op="sum", out=None, algorithm=None, async_op=False, timeout=None):
         x = V.array(x)
         op = V.reduce_op(op)
         out = V.out_array(out, x.shape, x.dtype)
         return self._run("all_reduce", algorithm, int(x.size), x, out, x.shape, op,
-                         async_op=async_op)
+                         async_op=async_op, timeout=timeout)
 
-    def all_gather(self, x, out=None, algorithm=None, async_op=False):
+    @_collective("all_gather")
+    def all_gather(self, x, out=None, algorithm=None, async_op=False, timeout=None):
         x = V.array(x)
         r = V.rows(x)
         shape = (r * self.size,) + x.shape[1:]
         out = V.out_array(out, shape, x.dtype)
         counts = (int(x.size),) * self.size
-        return self._run("all_gather", algorithm, counts, x, out, shape, async_op=async_op)
+        return self._run("all_gather", algorithm, counts, x, out, shape, async_op=async_op,
+                         timeout=timeout, dig=A.digest(x.shape[1:]))
 
-    def all_gather_v(self, x, counts, out=None, algorithm=None, async_op=False):
+    @_collective("all_gather_v")
+    def all_gather_v(self, x, counts, out=None, algorithm=None, async_op=False, timeout=None):
         x = V.array(x)
         r = V.rows(x)
         counts = V.counts(counts, self.size)
@@ -156,9 +310,12 @@ class Communicator:
         out = V.out_array(out, shape, x.dtype)
         re = V.row_elems(x)
         return self._run("all_gather_v", algorithm, tuple(c * re for c in counts), x, out,
-                         shape, async_op=async_op)
+                         shape, async_op=async_op, timeout=timeout, fp_count=sum(counts) * re,
+                         dig=A.digest(counts, x.shape[1:]))
 
-    def reduce_scatter(self, x, op="sum", out=None, algorithm=None, async_op=False):
+    @_collective("reduce_scatter")
+    def reduce_scatter(self, x, op="sum", out=None, algorithm=None, async_op=False,
+                       timeout=None):
         x = V.array(x)
         op = V.reduce_op(op)
         r = V.rows(x)
@@ -170,9 +327,11 @@ class Communicator:
         out = V.out_array(out, shape, x.dtype)
         counts = (int(x.size) // self.size,) * self.size
         return self._run("reduce_scatter", algorithm, counts, x, out, shape, op,
-                         async_op=async_op)
+                         async_op=async_op, timeout=timeout, dig=A.digest(x.shape[1:]))
 
-    def reduce_scatter_v(self, x, counts, op="sum", out=None, algorithm=None, async_op=False):
+    @_collective("reduce_scatter_v")
+    def reduce_scatter_v(self, x, counts, op="sum", out=None, algorithm=None, async_op=False,
+                         timeout=None):
         x = V.array(x)
         op = V.reduce_op(op)
         r = V.rows(x)
@@ -184,9 +343,11 @@ class Communicator:
         out = V.out_array(out, shape, x.dtype)
         re = V.row_elems(x)
         return self._run("reduce_scatter_v", algorithm, tuple(c * re for c in counts), x, out,
-                         shape, op, async_op=async_op)
+                         shape, op, async_op=async_op, timeout=timeout,
+                         dig=A.digest(counts, x.shape[1:]))
 
-    def all_to_all(self, x, out=None, algorithm=None, async_op=False):
+    @_collective("all_to_all")
+    def all_to_all(self, x, out=None, algorithm=None, async_op=False, timeout=None):
         x = V.array(x)
         r = V.rows(x)
         if r % self.size:
@@ -196,10 +357,12 @@ class Communicator:
         out = V.out_array(out, x.shape, x.dtype)
         b = int(x.size) // self.size
         matrix = tuple((b,) * self.size for _ in range(self.size))
-        return self._run("all_to_all", algorithm, matrix, x, out, x.shape, async_op=async_op)
+        return self._run("all_to_all", algorithm, matrix, x, out, x.shape, async_op=async_op,
+                         timeout=timeout, dig=A.digest(x.shape[1:]))
 
+    @_collective("all_to_all_v")
     def all_to_all_v(self, x, send_counts, recv_counts, out=None, algorithm=None,
-                     async_op=False):
+                     async_op=False, timeout=None):
         x = V.array(x)
         r = V.rows(x)
         sc = V.counts(send_counts, self.size, "send_counts")
@@ -219,46 +382,86 @@ class Communicator:
         matrix = tuple(
             tuple(sc[j] * re if i == me else (rc[i] * re if j == me else 0) for j in range(n))
             for i in range(n))
-        return self._run("all_to_all_v", algorithm, matrix, x, out, shape, async_op=async_op)
+        rows = np.array(sc + rc, np.int64)
+        return self._run("all_to_all_v", algorithm, matrix, x, out, shape, async_op=async_op,
+                         timeout=timeout, fp_count=0, dig=A.digest(x.shape[1:]), rows=rows)
 
-    def permute(self, x, pairs, out=None, algorithm=None, async_op=False):
+    @_collective("permute")
+    def permute(self, x, pairs, out=None, algorithm=None, async_op=False, timeout=None):
         x = V.array(x)
         pairs = V.pairs(pairs, self.size)
         out = V.out_array(out, x.shape, x.dtype)
         return self._run("permute", algorithm, int(x.size), x, out, x.shape, extra=pairs,
-                         async_op=async_op)
+                         async_op=async_op, timeout=timeout, dig=A.digest(pairs or [[-1, -1]]))
 
-    def broadcast(self, x, root=0, out=None, algorithm=None, async_op=False):
+    @_collective("broadcast")
+    def broadcast(self, x, root=0, out=None, algorithm=None, async_op=False, timeout=None):
         x = V.array(x)
         root = V.rank(root, self.size, "root")
         out = V.out_array(out, x.shape, x.dtype)
         return self._run("broadcast", algorithm, int(x.size), x, out, x.shape, extra=root,
-                         async_op=async_op)
+                         async_op=async_op, timeout=timeout, dig=A.digest(x.shape))
 
-    def barrier(self) -> None:
+    @_collective("barrier")
+    def barrier(self, timeout=None) -> None:
         dummy = np.empty(0, np.uint8)
-        self._run("barrier", None, 0, dummy, None, (0,))
+        self._run("barrier", None, 0, dummy, None, (0,), timeout=timeout)
 
     # --- point to point ---------------------------------------------------------------
-    def send(self, x, dst) -> None:
+    def _p2p_deadline(self, timeout):
+        seconds = _timeout_seconds(timeout)
+        return seconds, (None if seconds is None else time.monotonic() + seconds)
+
+    def send(self, x, dst, timeout=None) -> None:
+        """Send ``x`` to ``dst``; returns once its bytes have left this rank."""
+        self._ensure_usable()
         x = V.array(x)
         dst = V.rank(dst, self.size, "dst")
+        seconds, deadline = self._p2p_deadline(timeout)
         n = self._p2p_sent.get(dst, 0)
         self._p2p_sent[dst] = n + 1
         payload = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
         reqs = self._engine.post((self._id, n, -1 - self.rank), self._ranks[dst], payload)
-        self._engine.wait_until(lambda: MPI.Request.Testall(reqs))
+        first = self.topology.route(self.world_rank, self._ranks[dst])[1:2]
 
-    def recv(self, out, src):
+        def expired():
+            hop = first[0] if first else dst
+            link = self.topology.link_between_ranks(self.world_rank, hop).kind
+            return CollectiveTimeoutError(
+                f"send (message {n} to rank {dst}) timed out after {seconds:g} s waiting for "
+                f"rank {hop} to take it over {link}")
+        try:
+            self._engine.wait_until(lambda: MPI.Request.Testall(reqs), deadline=deadline,
+                                    on_timeout=expired)
+        except CollectiveTimeoutError as e:
+            self._fail(e)
+            raise
+
+    def recv(self, out, src, timeout=None):
+        """Receive the next message from ``src`` into ``out`` (exactly its size)."""
+        self._ensure_usable()
         out = V.array(out, "out")
         src = V.rank(src, self.size, "src")
         if not out.flags.writeable:
             raise InvalidArgumentError("out: expected a writeable array, got a read-only array")
+        seconds, deadline = self._p2p_deadline(timeout)
         n = self._p2p_recv.get(src, 0)
-        self._p2p_recv[src] = n + 1
         key = (self._id, n, -1 - src)
         eng = self._engine
-        eng.wait_until(lambda: eng.has(key))
+
+        def expired():
+            path = self.topology.route(self._ranks[src], self.world_rank)
+            prev = path[-2] if len(path) > 1 else src
+            link = self.topology.link_between_ranks(prev, self.world_rank).kind
+            return CollectiveTimeoutError(
+                f"recv (message {n} from rank {src}) timed out after {seconds:g} s waiting "
+                f"for rank {prev} over {link}")
+        try:
+            eng.wait_until(lambda: eng.has(key), deadline=deadline, on_timeout=expired)
+        except CollectiveTimeoutError as e:
+            self._fail(e)
+            raise
+        self._p2p_recv[src] = n + 1
         data = eng.take(key)
         if data.nbytes != out.nbytes:
             raise InvalidArgumentError(
@@ -268,20 +471,37 @@ class Communicator:
         return out
 
     # --- groups -----------------------------------------------------------------------
-    def split(self, replica_groups):
+    def split(self, replica_groups, timeout=None):
         """This rank's communicator among ``replica_groups`` (lists of this
-        communicator's ranks); None if the rank is in no group. Every rank must
-        call it with the same groups."""
-        gs = V.replica_groups(replica_groups, self.size)
-        world_groups = [[self._ranks[r] for r in g] for g in gs]
-        for wg in world_groups:
-            G.check_group(self.topology, wg, self.strict)
+        communicator's ranks); None if the rank is in no group. Collective: every
+        rank must call it with the same groups."""
+        self._ensure_usable()
+        try:
+            gs = V.replica_groups(replica_groups, self.size)
+            world_groups = [[self._ranks[r] for r in g] for g in gs]
+            for wg in world_groups:
+                G.check_group(self.topology, wg, self.strict)
+        except InvalidArgumentError:
+            self._tell_group_rejected("split", timeout)
+            raise
+        mine = next((i for i, g in enumerate(gs) if self.rank in g), None)
+        if _checking() and self.size > 1:
+            self._seq += 1
+            flat = [len(gs)] + [v for g in gs for v in [len(g)] + g]
+            self._exchange(A.fingerprint("split", self._seq, dig=A.digest(flat)), "split",
+                           timeout)
+        else:
+            # everyone must have finished earlier work before MPI's blocking split
+            bar = [self._mcomm.Ibarrier()]
+            self._engine.wait_until(lambda: bar[0] == MPI.REQUEST_NULL, extra=bar)
         self._nsplit += 1
-        for i, g in enumerate(gs):
-            if self.rank in g:
-                return Communicator(self._engine, self.topology, world_groups[i],
-                                    _child_id(self._id, self._nsplit, i), self.strict)
-        return None
+        sub = self._mcomm.Split(MPI.UNDEFINED if mine is None else mine,
+                                0 if mine is None else gs[mine].index(self.rank))
+        if mine is None:
+            return None
+        return Communicator(self._engine, self.topology, world_groups[mine],
+                            _child_id(self._id, self._nsplit, mine), self.strict, sub,
+                            self._recorder)
 
     def link_stats(self) -> list[dict]:
         """What this rank sent since init: one entry per (next hop, link kind)."""
@@ -296,4 +516,5 @@ def init(instance=None, lnc=None, nodes=None, comm=None, strict=True) -> Communi
     G.check_group(topo, range(topo.size), strict)
     engine = Engine(world.Dup(), topo)
     atexit.register(engine.drain)
-    return Communicator(engine, topo, range(topo.size), 1, strict)
+    return Communicator(engine, topo, range(topo.size), 1, strict, engine.comm,
+                        FlightRecorder(engine.rank))

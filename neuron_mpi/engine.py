@@ -14,6 +14,11 @@ oversubscribed) rather than spinning in Python.
 """
 from __future__ import annotations
 
+import os
+import sys
+import threading
+import time
+
 import numpy as np
 from mpi4py import MPI
 
@@ -37,6 +42,11 @@ class Engine:
         self.ledger: dict[tuple[int, str], list[int]] = {}
         self.active: list = []  # executions that progress whenever the engine runs
         self.closed = False
+        # the exit barrier runs on its own communicator: a rank that leaves early must
+        # not have its barrier matched against the others' collective calls
+        self._exit_comm = comm.Dup()
+        self.watchdog = Watchdog(self)
+        self.threaded = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
 
     # --- sending -----------------------------------------------------------------
     def post(self, key: tuple[int, int, int], dst: int, payload: np.ndarray,
@@ -106,15 +116,36 @@ class Engine:
         if self.active:
             self.active = [ex for ex in self.active if not ex.advance()]
 
-    def wait_until(self, done, extra=None) -> None:
+    def wait_until(self, done, extra=None, deadline=None, on_timeout=None) -> None:
         """Progress (serving and forwarding) until ``done()`` is true. ``extra``:
-        other requests whose completion ``done`` depends on (they wake the wait)."""
+        other requests whose completion ``done`` depends on (they wake the wait).
+        ``deadline`` (time.monotonic()): past it, raise ``on_timeout()``."""
         self.poll()
         self._advance_active()
+        if done():
+            return
+        if deadline is not None:
+            self.watchdog.arm(deadline)
+        try:
+            self._wait_loop(done, extra, deadline, on_timeout)
+        finally:
+            if deadline is not None:
+                self.watchdog.disarm()
+
+    def _wait_loop(self, done, extra, deadline, on_timeout) -> None:
         while not done():
+            if deadline is not None and time.monotonic() >= deadline:
+                raise on_timeout()
             ext = [r for r in (extra or ()) if r != MPI.REQUEST_NULL]
             reqs = [self._hdr_req] + ext + [s[0] for s in self._sends]
-            idx = MPI.Request.Waitany(reqs, self._status)
+            if deadline is not None and not self.threaded:
+                # no MPI_THREAD_MULTIPLE, so no watchdog: poll with short sleeps
+                idx, flag = MPI.Request.Testany(reqs, self._status)
+                if not flag:
+                    time.sleep(0.0005)
+                    continue
+            else:
+                idx = MPI.Request.Waitany(reqs, self._status)
             if idx == 0:
                 self._on_header()
             elif idx != MPI.UNDEFINED and idx > len(ext):
@@ -127,20 +158,76 @@ class Engine:
         self.poll()
         return bool(self._sends)
 
-    def drain(self) -> None:
-        """Keep forwarding until every rank of the private communicator has arrived
-        here and this rank's own sends are out (called at exit)."""
-        if self.closed:
+    def drain(self, timeout: float | None = None) -> None:
+        """Keep forwarding until every rank has arrived here and this rank's own
+        sends are out (registered with atexit). Gives up after ``timeout`` seconds
+        (default NEURON_MPI_TIMEOUT or 60): the others are then stuck waiting for this
+        rank, and their own deadlines end the job."""
+        if self.closed or MPI.Is_finalized():
             return
         self.closed = True
-        self._advance_active()
-        self.wait_until(lambda: not self.active)
-        barrier = [self.comm.Ibarrier()]
-        self.wait_until(lambda: barrier[0] == MPI.REQUEST_NULL and not self.sends_pending(),
-                        extra=barrier)
+        if timeout is None:
+            try:
+                timeout = float(os.environ.get("NEURON_MPI_TIMEOUT") or 60.0)
+            except ValueError:
+                timeout = 60.0
+        deadline = time.monotonic() + timeout if timeout > 0 else None
+        barrier = [self._exit_comm.Ibarrier()]
+        try:
+            self.wait_until(lambda: barrier[0] == MPI.REQUEST_NULL and not self.sends_pending(),
+                            extra=barrier, deadline=deadline, on_timeout=_DrainTimeout)
+        except _DrainTimeout:
+            print(f"[rank {self.rank}] neuron_mpi: at exit, other ranks did not finish "
+                  f"within {timeout:g} s; leaving without them", file=sys.stderr, flush=True)
+            return
         self._hdr_req.Cancel()
         self._hdr_req.Wait()
 
     def link_stats(self) -> list[dict]:
         return [{"src": self.rank, "dst": dst, "link": kind, "bytes": b, "messages": m}
                 for (dst, kind), (b, m) in sorted(self.ledger.items())]
+
+
+class _DrainTimeout(Exception):
+    pass
+
+
+class Watchdog:
+    """Wakes the engine's blocked wait at a deadline: a thread that sleeps on a
+    condition and, when the deadline passes, sends the rank a header-only message
+    to itself (MPI is initialised with MPI_THREAD_MULTIPLE by mpi4py)."""
+
+    def __init__(self, engine: Engine):
+        self._engine = engine
+        self._cond = threading.Condition()
+        self._deadline = None
+        self._thread = None
+
+    def arm(self, deadline: float) -> None:
+        with self._cond:
+            self._deadline = deadline
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="neuron_mpi-watchdog",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def disarm(self) -> None:
+        with self._cond:
+            self._deadline = None
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                if self._deadline is None:
+                    self._cond.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                self._deadline = None
+                try:
+                    self._engine.wake()
+                except Exception:  # MPI already finalized: nothing left to wake
+                    return

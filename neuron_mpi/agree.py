@@ -1,0 +1,123 @@
+"""Cross-rank agreement: every collective call's fingerprint, compared across the
+group before any data moves.
+
+A fingerprint is a fixed int64 vector (buffer-based, never pickled): status (0 ok,
+1 the rank rejected its own arguments), operation, sequence number, element count,
+dtype, reduce op, root, a digest of permute pairs / v-counts, and the algorithm.
+All members all-gather them (a non-blocking MPI all-gather on the group's MPI
+communicator, waited on by the engine so forwarding goes on) and every member runs
+the same comparison on the same table, so all raise the same error or none does.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from .algorithms.select import ALGORITHMS, OPS
+from .errors import CollectiveMismatchError, InvalidArgumentError
+from .kernels import DTYPES, dtype_name
+
+FIELDS = ("status", "operation", "sequence number", "count", "dtype", "reduce op", "root",
+          "pairs/counts", "algorithm")
+STATUS, OP, SEQ, COUNT, DTYPE, REDOP, ROOT, DIGEST, ALGO = range(len(FIELDS))
+_REDOPS = ("sum", "prod", "max", "min", "avg")
+_OPS = OPS + ("split",)
+_DTYPE_NAMES = list(DTYPES)
+
+
+def digest(*parts) -> int:
+    """A 62-bit digest of integers (pairs, counts) that all ranks compute alike."""
+    h = hashlib.blake2b(digest_size=8)
+    for p in parts:
+        h.update(np.asarray(p, np.int64).tobytes())
+        h.update(b"|")
+    return int.from_bytes(h.digest(), "little") & ((1 << 62) - 1)
+
+
+def fingerprint(op, seq, count=0, dtype=None, reduce_op=None, root=-1, dig=0,
+                algorithm=None, status=0) -> np.ndarray:
+    fp = np.zeros(len(FIELDS), np.int64)
+    fp[STATUS] = status
+    fp[OP] = _OPS.index(op) if op in _OPS else -1
+    fp[SEQ] = seq
+    fp[COUNT] = count
+    fp[DTYPE] = _DTYPE_NAMES.index(dtype_name(dtype)) if dtype is not None else -1
+    fp[REDOP] = _REDOPS.index(reduce_op) if reduce_op in _REDOPS else -1
+    fp[ROOT] = root
+    fp[DIGEST] = dig
+    fp[ALGO] = ALGORITHMS.index(algorithm) if algorithm in ALGORITHMS else -1
+    return fp
+
+
+def _show(field: int, v: int) -> str:
+    if field == OP:
+        return _OPS[v] if 0 <= v < len(_OPS) else f"op#{v}"
+    if field == DTYPE:
+        return _DTYPE_NAMES[v] if 0 <= v < len(_DTYPE_NAMES) else "none"
+    if field == REDOP:
+        return _REDOPS[v] if 0 <= v < len(_REDOPS) else "none"
+    if field == ALGO:
+        return ALGORITHMS[v] if 0 <= v < len(ALGORITHMS) else "none"
+    if field == DIGEST:
+        return f"digest {v:016x}"
+    return str(v)
+
+
+def ranks_text(ranks) -> str:
+    """[0,1,2,5,7,8] -> '0-2,5,7-8'."""
+    ranks = sorted(ranks)
+    out, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def compare(table: np.ndarray, op: str, seq: int) -> None:
+    """table: (group size, len(FIELDS)). Raise the same error on every member."""
+    bad = np.nonzero(table[:, STATUS])[0]
+    if bad.size:
+        e = InvalidArgumentError(
+            f"{op}: rank(s) {ranks_text(bad.tolist())} of the group rejected their arguments "
+            "(their own error says why); no data moved")
+        e.agreed = True
+        raise e
+    diffs = []
+    for f in range(1, len(FIELDS)):
+        col = table[:, f]
+        if (col == col[0]).all():
+            continue
+        holders: dict[int, list[int]] = {}
+        for r, v in enumerate(col.tolist()):
+            holders.setdefault(v, []).append(r)
+        shown = "; ".join(f"rank {ranks_text(rs)}: {_show(f, v)}"
+                          for v, rs in sorted(holders.items(), key=lambda kv: kv[1][0]))
+        diffs.append((FIELDS[f], shown))
+    if diffs:
+        names = ", ".join(d[0] for d in diffs)
+        detail = " | ".join(f"{name}: {shown}" for name, shown in diffs)
+        err = CollectiveMismatchError(
+            f"{op} (call {seq} on this communicator): ranks disagree on {names}; "
+            f"{detail}; no data moved")
+        err.fields = [d[0] for d in diffs]
+        raise err
+
+
+def check_all_to_all_v(rows: np.ndarray, op: str) -> None:
+    """rows[i] = rank i's send_counts followed by its recv_counts: what i sends to j
+    must be what j expects from i."""
+    n = rows.shape[0]
+    send, recv = rows[:, :n], rows[:, n:]
+    wrong = [(i, j) for i in range(n) for j in range(n) if send[i, j] != recv[j, i]]
+    if wrong:
+        i, j = wrong[0]
+        err = CollectiveMismatchError(
+            f"{op}: send_counts and recv_counts disagree at {len(wrong)} pair(s); first: "
+            f"rank {i} sends {send[i, j]} rows to rank {j}, which expects {recv[j, i]}; "
+            "no data moved")
+        err.fields = ["send_counts/recv_counts"]
+        raise err

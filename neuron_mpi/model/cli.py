@@ -1,0 +1,162 @@
+"""``neuron-mpi-model``: an nccom-test-style table of modeled rows (no MPI).
+
+    neuron-mpi-model [--instance X] [--lnc L] [-r/--nworkers R] [-N/--nnodes N]
+                     [-b MIN] [-e MAX] [-f F | -i STEP] [-d TYPE] [-o OP]
+                     [--algorithm A] [--plot F.png] [--report-to-json-file F]
+                     [--params] OP
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from .. import catalog as cat
+from ..errors import NeuronMPIError
+from ..bench import report
+from ..bench.sizes import parse_size, sweep
+from .workload import OPS
+
+PROG = "neuron-mpi-model"
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _size(text):
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Modeled time and bandwidth of a collective on real "
+                "AWS Neuron hardware: the schedule the emulator runs, priced on the "
+                "catalog's links (docs/model.md). Runs no MPI.")
+    p.add_argument("op", metavar="OP", help="one of: " + ", ".join(OPS)
+                   + " (nccom-test aliases: allr, allg, redsct)")
+    p.add_argument("--instance", metavar="NAME", help="one of: " + ", ".join(cat.CATALOG)
+                   + f" (default: env NEURON_MPI_INSTANCE, else {cat.DEFAULT_INSTANCE})")
+    p.add_argument("--lnc", type=int, metavar="L", help="logical NeuronCore size (1 or 2)")
+    p.add_argument("-r", "--nworkers", type=int, metavar="R", dest="ranks",
+                   help="ranks (default: every core of every node); fewer than a node: "
+                        "the first R cores")
+    p.add_argument("-N", "--nnodes", type=int, metavar="N", dest="nodes",
+                   help="instances joined by EFA (default 1)")
+    p.add_argument("-b", "--minbytes", type=_size, default=8, metavar="SIZE",
+                   help="smallest size (default 8)")
+    p.add_argument("-e", "--maxbytes", type=_size, default=1 << 30, metavar="SIZE",
+                   help="largest size (default 1GB)")
+    p.add_argument("-f", "--stepfactor", type=int, metavar="F",
+                   help="multiply the size by F (default 2)")
+    p.add_argument("-i", "--stepbytes", type=_size, metavar="SIZE",
+                   help="add SIZE to the size instead")
+    p.add_argument("-d", "--datatype", default="fp32", metavar="TYPE",
+                   help="data type (default fp32): uint8 int8 fp8 uint16 int16 fp16 bf16 "
+                        "uint32 int32 fp32 fp64 int64 uint64")
+    p.add_argument("-o", "--op", dest="redop", default="sum",
+                   choices=("sum", "prod", "max", "min", "avg"),
+                   help="reduction (default sum); avg adds the division")
+    p.add_argument("--algorithm", metavar="A",
+                   help="force an algorithm: ring, mesh, chip, hierarchical, direct")
+    p.add_argument("--plot", metavar="FILE.png", help="draw busbw against size")
+    p.add_argument("--report-to-json-file", metavar="FILE", dest="json",
+                   help="write the rows and the parameters as JSON")
+    p.add_argument("--params", action="store_true",
+                   help="print the link figures the model uses, with their sources")
+    return p
+
+
+def rows_for(args) -> list[dict]:
+    from ..kernels import canonical_dtype, dtype_name
+    from .predict import group_view, predict
+    from .workload import canonical_op
+
+    op = canonical_op(args.op)
+    try:
+        name = dtype_name(canonical_dtype(args.datatype))
+    except ValueError as e:
+        raise UsageError(f"-d/--datatype: {e}") from None
+    sizes = sweep(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
+    view = group_view(args.instance, args.lnc, args.nodes, args.ranks)
+    rows = []
+    for s in sizes:
+        p = predict(op, s, algorithm=args.algorithm, dtype=name, op_reduce=args.redop,
+                    view=view)
+        rows.append({"op": op, "redop": args.redop, "size": p.size, "count": p.count,
+                     "type": name, "time_us": p.time_us, "algbw": p.algbw,
+                     "busbw": p.busbw, "algorithm": p.algorithm, "ranks": p.ranks,
+                     "breakdown": p.cost.as_dict()})
+    return rows, view
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = build_parser().parse_args(argv)
+        from .workload import canonical_op, reduces
+
+        try:
+            op = canonical_op(args.op)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        try:
+            sweep(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        if args.plot and not report.have_matplotlib():
+            raise UsageError(report.PLOT_MISSING)
+        t0 = time.perf_counter()
+        rows, view = rows_for(args)
+        topo = view.topo
+        show_redop = reduces(op)
+        out = sys.stdout
+        out.write(f"# neuron-mpi-model {op}: modeled on {topo.instance} LNC={topo.lnc} "
+                  f"x {topo.nodes} node(s), {view.size} ranks; a prediction for the real "
+                  "hardware (docs/model.md)\n")
+        cols = report.model_columns(show_redop)
+        out.write(report.header_line(cols) + "\n")
+        for r in rows:
+            out.write(report.row_line(cols, r) + "\n")
+        out.write(f"# Avg bus bandwidth : {report.avg_busbw(rows):.4f}\n")
+        out.write(f"# modeled in {time.perf_counter() - t0:.2f} s\n")
+        if args.params:
+            from .predict import parameters
+
+            for p in parameters(topo.instance):
+                out.write(f"# {p['link']:>12}: {p['bandwidth_GBps']:9.2f} GB/s "
+                          f"{p['latency_us']:5.2f} us  {p['source']}\n")
+        out.flush()
+        if args.json:
+            from .predict import parameters
+
+            rep = {"schema": "neuron-mpi-model/1", "command": [PROG] + argv,
+                   "topology": report.topology_info(topo, view.ranks),
+                   "parameters": parameters(topo.instance), "rows": rows,
+                   "avg_busbw": report.avg_busbw(rows)}
+            report.write_json(args.json, rep)
+        if args.plot:
+            pts = [{"op": op, "redop": r["redop"], "size": r["size"],
+                    "model_busbw": r["busbw"]} for r in rows]
+            report.plot(args.plot, pts, f"{op} model: {topo.instance}, {view.size} ranks")
+        return 0
+    except UsageError as e:
+        sys.stderr.write(f"{PROG}: error: {e}\n")
+        return 2
+    except (NeuronMPIError, ValueError) as e:
+        sys.stderr.write(f"{PROG}: error: {e}\n")
+        return 2
+    except BrokenPipeError:
+        sys.stdout = None
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -228,7 +228,8 @@ class Communicator:
              async_op=False, timeout=None, fp_count=None, dig=0, rows=None):
         """x: validated input; out: validated out or None."""
         avg = reduce_op == "avg"
-        algo = choose(op, self._view, algorithm)
+        nbytes = max(int(x.nbytes), int(np.prod(out_shape, dtype=np.int64)) * x.itemsize)
+        algo = choose(op, self._view, algorithm, nbytes)
         seconds = _timeout_seconds(timeout)
         seq = self._seq + 1
         count = int(x.size) if fp_count is None else fp_count
@@ -275,9 +276,10 @@ class Communicator:
             return Handle(self, ex, wait)
         return wait()
 
-    def algorithm_for(self, op: str, algorithm=None) -> str:
-        """The algorithm ``op`` would run with on this group (for --show-algorithm)."""
-        return choose(op, self._view, algorithm)
+    def algorithm_for(self, op: str, algorithm=None, nbytes: int | None = None) -> str:
+        """The algorithm ``op`` would run with on this group for a buffer of
+        ``nbytes`` (all-gather: its output), e.g. for --show-algorithm."""
+        return choose(op, self._view, algorithm, nbytes)
 
     # --- collectives ----------------------------------------------------------------
     @_collective("all_reduce")

@@ -150,9 +150,11 @@ def diff(got: np.ndarray, want: np.ndarray, what: str = "") -> str | None:
         return f"{what}: dtype {got.dtype}, want {want.dtype}"
     if got.shape != want.shape:
         return f"{what}: shape {got.shape}, want {want.shape}"
+    if got.size == 0:
+        return None
     g = np.ascontiguousarray(got).reshape(-1).view(np.uint8).reshape(got.size, -1)
     w = np.ascontiguousarray(want).reshape(-1).view(np.uint8).reshape(want.size, -1)
-    bad = np.nonzero((g != w).any(axis=1))[0] if got.size else []
+    bad = np.nonzero((g != w).any(axis=1))[0]
     if len(bad) == 0:
         return None
     gf, wf = got.reshape(-1), want.reshape(-1)

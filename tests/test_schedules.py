@@ -243,3 +243,33 @@ def test_forced_algorithm_errors_name_the_argument(monkeypatch):
     monkeypatch.setenv("NEURON_MPI_ALGO", "bogus")
     with pytest.raises(AlgorithmError, match="NEURON_MPI_ALGO: unknown algorithm"):
         choose("all_reduce", view)
+
+
+def test_trn2_default_follows_runtime_size_selection():
+    view = _view("trn2-64")
+    assert choose("all_reduce", view, nbytes=4096) == "mesh"
+    assert choose("all_reduce", view, nbytes=(1 << 20) - 1) == "mesh"
+    assert choose("all_reduce", view, nbytes=1 << 20) == "rdh"
+    assert choose("all_gather", view, nbytes=56 << 20) == "rdh"
+    assert choose("reduce_scatter", view, nbytes=(56 << 20) + 1) == "ring"
+    # trn1 and inf2 stay on rings; a chip count that is not a power of two has no rdh
+    assert choose("all_reduce", _view("trn1.32xlarge-32"), nbytes=4 << 20) == "ring"
+    assert choose("all_reduce", _view("trn2-12"), nbytes=4 << 20) == "ring"
+    with pytest.raises(AlgorithmError, match="'rdh' needs"):
+        choose("all_reduce", _view("trn2-12"), "rdh")
+    assert choose("all_reduce", _view("trn1-2nodes-64"), nbytes=4096) == "hierarchical"
+
+
+def test_rdh_partners_are_hypercube_neighbours():
+    """The cross-chip stage pairs chips whose ids differ in one bit: on the 4x4
+    torus that is one hop (bit 0, 2) or two hops along one axis (bit 1, 3)."""
+    view = _view("trn2-64")
+    sched = schedule_for(view, "all_reduce", "rdh", 4096, False, None)
+    topo = view.topo
+    for st in sched.rounds:
+        for x in st.xfers:
+            a, b = topo.global_chip(x.src), topo.global_chip(x.dst)
+            if a != b:
+                assert bin(a ^ b).count("1") == 1
+    # 3 intra-chip + 4 halving + 4 doubling + 3 intra-chip rounds
+    assert len(sched.rounds) == 14

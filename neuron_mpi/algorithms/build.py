@@ -24,6 +24,30 @@ def _sched(op, algo, n, ins, outs, tmps, pre, rounds, post=()):
     return Schedule(op, algo, n, list(ins), list(outs), list(tmps), steps)
 
 
+def _levels(view, algorithm):
+    """Local groups for the two-level algorithms and whether the cross stage runs
+    recursive halving/doubling (rdh) or a ring. rdh orders chips by chip id, so
+    partners i^d are torus neighbours along one axis of the 4-D hypercube view."""
+    if algorithm == "hierarchical":
+        return view.by_node, False
+    if algorithm == "chip":
+        return view.by_chip, False
+    lgs = sorted(view.by_chip, key=lambda lg: view.topo.global_chip(view.ranks[lg[0]]))
+    return lgs, True
+
+
+def _cross_reduce_scatter(order, chunk_regions, buf, rdh):
+    if rdh:
+        return R.rdh_reduce_scatter_rounds(order, chunk_regions, buf)
+    return R.reduce_scatter_rounds(order, chunk_regions, buf)
+
+
+def _cross_all_gather(order, chunk_regions, buf, rdh):
+    if rdh:
+        return R.rdh_all_gather_rounds(order, chunk_regions, buf)
+    return R.all_gather_rounds(order, chunk_regions, buf)
+
+
 def _divide(n, region_of, avg):
     if not avg:
         return []
@@ -40,15 +64,15 @@ def all_reduce(view, count, algorithm, avg=False) -> Schedule:
         parts = split(count, len(view.rings))
         rounds = merge_parallel(*[R.all_reduce_rounds(order, off, ln, OUT)
                                   for order, (off, ln) in zip(view.rings, parts)])
-    elif algorithm in ("hierarchical", "chip"):
-        lgs = view.by_node if algorithm == "hierarchical" else view.by_chip
+    elif algorithm in ("hierarchical", "chip", "rdh"):
+        lgs, rdh = _levels(view, algorithm)
         m = len(lgs[0])
         chunks = split(count, m)
         regions = [[c] for c in chunks]
         crosses = [[lg[b] for lg in lgs] for b in range(m)]
+        cross_ar = R.rdh_all_reduce_rounds if rdh else R.all_reduce_rounds
         rounds = (merge_parallel(*[R.reduce_scatter_rounds(lg, regions, OUT) for lg in lgs])
-                  + merge_parallel(*[R.all_reduce_rounds(crosses[b], *chunks[b], OUT)
-                                     for b in range(m)])
+                  + merge_parallel(*[cross_ar(crosses[b], *chunks[b], OUT) for b in range(m)])
                   + merge_parallel(*[R.all_gather_rounds(lg, regions, OUT) for lg in lgs]))
     elif algorithm == "mesh":
         # everyone sends the whole buffer to everyone; each member reduces the n
@@ -91,8 +115,8 @@ def reduce_scatter(view, counts, algorithm, avg=False, op="reduce_scatter") -> S
         rounds = merge_parallel(*[
             R.reduce_scatter_rounds(order, R.sub_block_regions(order, boffs, counts, p, parts), TMP)
             for p, order in enumerate(view.rings)])
-    elif algorithm in ("hierarchical", "chip"):
-        lgs = view.by_node if algorithm == "hierarchical" else view.by_chip
+    elif algorithm in ("hierarchical", "chip", "rdh"):
+        lgs, rdh = _levels(view, algorithm)
         m = len(lgs[0])
         block = lambda g: (boffs[g], counts[g])  # noqa: E731
         # local stage first: member b of each local group reduces, over its group,
@@ -101,7 +125,7 @@ def reduce_scatter(view, counts, algorithm, avg=False, op="reduce_scatter") -> S
             R.reduce_scatter_rounds(lg, [[block(other[b]) for other in lgs] for b in range(m)], TMP)
             for lg in lgs])
         phase2 = merge_parallel(*[
-            R.reduce_scatter_rounds([lg[b] for lg in lgs], [[block(lg[b])] for lg in lgs], TMP)
+            _cross_reduce_scatter([lg[b] for lg in lgs], [[block(lg[b])] for lg in lgs], TMP, rdh)
             for b in range(m)])
         rounds = phase1 + phase2
     else:
@@ -122,14 +146,14 @@ def all_gather(view, counts, algorithm, op="all_gather") -> Schedule:
         rounds = merge_parallel(*[
             R.all_gather_rounds(order, R.sub_block_regions(order, boffs, counts, p, parts), OUT)
             for p, order in enumerate(view.rings)])
-    elif algorithm in ("hierarchical", "chip"):
-        lgs = view.by_node if algorithm == "hierarchical" else view.by_chip
+    elif algorithm in ("hierarchical", "chip", "rdh"):
+        lgs, rdh = _levels(view, algorithm)
         m = len(lgs[0])
         block = lambda g: (boffs[g], counts[g])  # noqa: E731
         # across first (members at one local position swap their blocks), then
         # inside each local group, each member carrying its cross group's blocks
         phase1 = merge_parallel(*[
-            R.all_gather_rounds([lg[b] for lg in lgs], [[block(lg[b])] for lg in lgs], OUT)
+            _cross_all_gather([lg[b] for lg in lgs], [[block(lg[b])] for lg in lgs], OUT, rdh)
             for b in range(m)])
         phase2 = merge_parallel(*[
             R.all_gather_rounds(lg, [[block(other[b]) for other in lgs] for b in range(m)], OUT)

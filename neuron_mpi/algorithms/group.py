@@ -79,3 +79,12 @@ class GroupView:
     def chip_symmetric(self) -> bool:
         lgs = self.by_chip
         return self.symmetric(lgs) and len(lgs[0]) >= 2
+
+    @functools.cached_property
+    def rdh_ok(self) -> bool:
+        """Recursive halving/doubling applies: one node, the same number of members
+        on every chip, and a power-of-two number of chips (at least 2)."""
+        lgs = self.by_chip
+        chips = len(lgs)
+        return (len(self.by_node) == 1 and chips >= 2 and chips & (chips - 1) == 0
+                and len({len(lg) for lg in lgs}) == 1)

@@ -71,3 +71,61 @@ def pipeline_rounds(order, off, length, pieces, first_buf, buf) -> list[list[Xfe
                                 off + o, ln, buf, off + o))
         rounds.append(rnd)
     return [r for r in rounds if r]
+
+
+# --- recursive halving / doubling (RDH) ---------------------------------------------
+def _is_pow2(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+def rdh_reduce_scatter_rounds(order, chunk_regions, buf) -> list[list[Xfer]]:
+    """Recursive halving over p = len(order) members (a power of two): at distance
+    d = p/2, p/4, ..., 1 member i keeps the chunks whose bit d matches its own and
+    sends the others to partner i^d, which reduces them. Chunk c (regions
+    ``chunk_regions[c]``) ends fully reduced at member order[c]."""
+    p = len(order)
+    assert _is_pow2(p), p
+    owned = [set(range(p)) for _ in range(p)]
+    rounds = []
+    d = p // 2
+    while d:
+        rnd = []
+        for i in range(p):
+            j = i ^ d
+            give = sorted(c for c in owned[i] if (c & d) == (j & d))
+            for c in give:
+                for off, ln in chunk_regions[c]:
+                    if ln:
+                        rnd.append(Xfer(order[i], order[j], buf, off, ln, buf, off, True))
+        for i in range(p):
+            owned[i] = {c for c in owned[i] if (c & d) == (i & d)}
+        rounds.append(rnd)
+        d //= 2
+    return [r for r in rounds if r]
+
+
+def rdh_all_gather_rounds(order, chunk_regions, buf) -> list[list[Xfer]]:
+    """Recursive doubling: member order[c] starts with chunk c; at distance
+    d = 1, 2, ..., p/2 partners swap everything they hold."""
+    p = len(order)
+    assert _is_pow2(p), p
+    held = [{i} for i in range(p)]
+    rounds = []
+    d = 1
+    while d < p:
+        rnd = []
+        for i in range(p):
+            for c in sorted(held[i]):
+                for off, ln in chunk_regions[c]:
+                    if ln:
+                        rnd.append(Xfer(order[i], order[i ^ d], buf, off, ln, buf, off, False))
+        held = [held[i] | held[i ^ d] for i in range(p)]
+        rounds.append(rnd)
+        d *= 2
+    return [r for r in rounds if r]
+
+
+def rdh_all_reduce_rounds(order, off, length, buf) -> list[list[Xfer]]:
+    chunks = [[(off + o, ln)] for o, ln in split(length, len(order))]
+    return (rdh_reduce_scatter_rounds(order, chunks, buf)
+            + rdh_all_gather_rounds(order, chunks, buf))

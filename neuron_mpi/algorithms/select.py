@@ -1,13 +1,17 @@
 """Which algorithm runs an operation on a group, and the schedule cache.
 
 Defaults (docs/algorithms.md):
-  all_reduce, all_gather, reduce_scatter (and the -v forms):
+  all_reduce, all_gather, reduce_scatter:
       members on several nodes, the same local indices on each -> "hierarchical"
       (intra-node reduce-scatter, inter-node ring among ranks sharing a local index
       over EFA, intra-node all-gather; all-gather inter-node first; reduce-scatter
-      intra-node first; -v forms use "ring");
-      otherwise -> "ring" (both edge-disjoint Hamiltonian cycles of a full torus,
-      half the buffer on each; one ring elsewhere).
+      intra-node first);
+      on one trn2 node, by message size as the Neuron runtime does on Trn2: "mesh"
+      below 1 MB, "rdh" from 1 MB to 56 MB (where it applies: a power-of-two number
+      of chips with the same number of members each), "ring" above (KangaRing's
+      place: both edge-disjoint Hamiltonian cycles of a full torus);
+      elsewhere (trn1, inf2, trn2 groups rdh does not fit) -> "ring".
+  all_gather_v, reduce_scatter_v -> "ring".
   all_to_all, all_to_all_v, permute, barrier -> "direct" (routed point-to-point).
   broadcast -> "ring" (a pipelined chain along the ring from the root).
 ``algorithm=`` or NEURON_MPI_ALGO forces one; a forced algorithm that does not apply
@@ -21,12 +25,14 @@ import os
 from ..errors import AlgorithmError
 from . import build
 
-ALGORITHMS = ("ring", "mesh", "chip", "hierarchical", "direct")
+ALGORITHMS = ("ring", "mesh", "chip", "rdh", "hierarchical", "direct")
+MESH_BELOW = 1 << 20  # bytes: Trn2 runtime selection
+RDH_UP_TO = 56 << 20
 
 _APPLIES = {
-    "all_reduce": ("ring", "mesh", "chip", "hierarchical"),
-    "reduce_scatter": ("ring", "mesh", "chip", "hierarchical"),
-    "all_gather": ("ring", "mesh", "chip", "hierarchical"),
+    "all_reduce": ("ring", "mesh", "chip", "rdh", "hierarchical"),
+    "reduce_scatter": ("ring", "mesh", "chip", "rdh", "hierarchical"),
+    "all_gather": ("ring", "mesh", "chip", "rdh", "hierarchical"),
     "reduce_scatter_v": ("ring", "mesh"),
     "all_gather_v": ("ring", "mesh"),
     "all_to_all": ("direct",),
@@ -38,30 +44,43 @@ _APPLIES = {
 OPS = tuple(_APPLIES)
 
 
-def default_algorithm(op: str, view) -> str:
-    if op in ("all_reduce", "all_gather", "reduce_scatter") and view.node_symmetric:
-        return "hierarchical"
+def default_algorithm(op: str, view, nbytes: int | None = None) -> str:
+    """nbytes: the collective's buffer size (all-gather: its output), as nccom-test
+    counts it."""
+    if op in ("all_reduce", "all_gather", "reduce_scatter"):
+        if view.node_symmetric:
+            return "hierarchical"
+        if view.topo.spec.family == "trn2" and view.size > 1 and nbytes is not None:
+            if nbytes < MESH_BELOW:
+                return "mesh"
+            if nbytes <= RDH_UP_TO and view.rdh_ok:
+                return "rdh"
     return _APPLIES[op][0]
 
 
-def choose(op: str, view, algorithm=None) -> str:
+def choose(op: str, view, algorithm=None, nbytes: int | None = None) -> str:
     """The algorithm to run: forced (argument, else NEURON_MPI_ALGO) or default."""
     forced = algorithm if algorithm is not None else (os.environ.get("NEURON_MPI_ALGO") or None)
     if forced is None:
-        return default_algorithm(op, view)
+        return default_algorithm(op, view, nbytes)
     source = "algorithm" if algorithm is not None else "NEURON_MPI_ALGO"
     if forced not in ALGORITHMS:
         raise AlgorithmError(f"{source}: unknown algorithm {forced!r}; known: "
                              + ", ".join(ALGORITHMS))
     if forced not in _APPLIES[op]:
         if algorithm is None:  # env var: a global preference, fall back quietly
-            return default_algorithm(op, view)
+            return default_algorithm(op, view, nbytes)
         raise AlgorithmError(f"{source}: {forced!r} does not apply to {op}; it takes "
                              + ", ".join(_APPLIES[op]))
     if forced == "hierarchical" and not view.node_symmetric:
         raise AlgorithmError(
             f"{source}: 'hierarchical' needs members on at least 2 nodes with the same "
             f"local indices on each; this group of {view.size} is not")
+    if forced == "rdh" and not view.rdh_ok:
+        raise AlgorithmError(
+            f"{source}: 'rdh' needs members on one node, on a power-of-two number of "
+            f"chips (at least 2) with the same number on each; this group of {view.size} "
+            "is not")
     if forced == "chip" and not view.chip_symmetric:
         raise AlgorithmError(
             f"{source}: 'chip' needs members on at least 2 chips with the same number "

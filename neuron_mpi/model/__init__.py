@@ -11,8 +11,7 @@ See docs/model.md for the rules, parameters, sources and closed-form checks.
 """
 from .cost import Cost, price
 from .predict import Prediction, group_view, parameters, predict, predict_workload
-from .workload import OPS, Workload, bus_factor, canonical_op, workload
+from .workload import OPS, Workload, bus_factor, canonical_op
 
 __all__ = ["Cost", "price", "Prediction", "group_view", "parameters", "predict",
-           "predict_workload", "OPS", "Workload", "bus_factor", "canonical_op",
-           "workload"]
+           "predict_workload", "OPS", "Workload", "bus_factor", "canonical_op"]

@@ -1,0 +1,256 @@
+"""``neuron-mpi-bench`` / ``python -m neuron_mpi.bench``: nccom-test over the emulator.
+
+    neuron-mpirun -n 8 python -m neuron_mpi.bench all_reduce -b 1kb -e 4MB -f 4 \\
+        -c random --vs-mpi
+
+Options are nccom-test's (-b -e -f -i -n -w -d -c --show-algorithm
+--custom-replica-groups --report-to-json-file -t), nccl-tests' -o, and ours
+(--instance --lnc --nodes --algorithm --vs-mpi --plot). Rank 0 prints one row per
+size as it finishes. Exit status: 0, 1 when a checked value is wrong, 2 for a bad
+command line or a call the library refuses.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+
+from .. import catalog as cat
+from ..errors import NeuronMPIError
+from ..model import workload as W
+from . import report
+from .sizes import parse_size, sweep
+
+PROG = "neuron-mpi-bench"
+DTYPE_CHOICES = ("uint8", "int8", "fp8", "uint16", "int16", "fp16", "bf16", "uint32",
+                 "int32", "fp32", "fp64", "int64", "uint64")
+REDOPS = ("sum", "prod", "max", "min", "avg")
+_STATS = re.compile(r"^(avg|p(\d+(\.\d+)?))$")
+
+
+class UsageError(Exception):
+    """A bad command line: one line on stderr, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def _size(text):
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _positive(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def _non_negative(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=PROG,
+        description="Benchmark a collective on the emulated Neuron topology, as "
+                    "nccom-test does on hardware. Run under neuron-mpirun / mpiexec.",
+        epilog="Example: neuron-mpirun -n 8 python -m neuron_mpi.bench all_reduce -b 1kb "
+               "-e 4MB -f 4 -c random --vs-mpi. Sizes take units (8, 2kb, 1MB, 64M; "
+               "1kb = 1024). Exit status: 0 ok, 1 wrong values, 2 usage error.")
+    p.add_argument("op", metavar="OP",
+                   help="all_reduce|allr, all_gather|allg, reduce_scatter|redsct, "
+                        "alltoall, permute, sendrecv, all_gather_v, reduce_scatter_v, "
+                        "alltoallv")
+    s = p.add_argument_group("sizes")
+    s.add_argument("-b", "--minbytes", type=_size, default=1 << 10, metavar="SIZE",
+                   help="smallest size (default 1kb)")
+    s.add_argument("-e", "--maxbytes", type=_size, default=1 << 20, metavar="SIZE",
+                   help="largest size (default 1MB)")
+    s.add_argument("-f", "--stepfactor", type=int, metavar="F",
+                   help="multiply the size by F (default 4)")
+    s.add_argument("-i", "--stepbytes", type=_size, metavar="SIZE",
+                   help="add SIZE to the size (instead of -f)")
+    r = p.add_argument_group("runs")
+    r.add_argument("-n", "--iters", type=_positive, default=10, metavar="N",
+                   help="timed iterations per size (default 10)")
+    r.add_argument("-w", "--warmup_iters", type=_non_negative, default=2, metavar="N",
+                   help="untimed iterations first (default 2)")
+    r.add_argument("-d", "--datatype", default="fp32", metavar="TYPE",
+                   help="data type (default fp32): " + " ".join(DTYPE_CHOICES)
+                        + " (and fp8_e5m2)")
+    r.add_argument("-o", "--op", dest="redop", default="sum", metavar="OP",
+                   help="reduction: sum, prod, max, min, avg or all (default sum)")
+    r.add_argument("-c", "--check", metavar="MODE",
+                   help="check results on extra iterations: random or all_ones")
+    r.add_argument("-t", "--stats", default="avg", metavar="STAT",
+                   help="per-size time: avg over iterations, or pNN (e.g. p50, p99) of "
+                        "the per-iteration slowest-rank times (default avg)")
+    r.add_argument("--algorithm", metavar="A",
+                   help="force an algorithm: ring, mesh, chip, hierarchical, direct")
+    r.add_argument("--show-algorithm", action="store_true",
+                   help="add the algorithm column")
+    r.add_argument("--custom-replica-groups", metavar="JSON", dest="groups",
+                   help="a JSON file, or inline JSON, with a list of lists of ranks: the "
+                        "benchmark runs on each rank's group")
+    r.add_argument("--vs-mpi", action="store_true",
+                   help="also time the native MPI call on the same buffers: adds "
+                        "mpi_time(us) and ratio = time / mpi_time")
+    o = p.add_argument_group("output")
+    o.add_argument("--report-to-json-file", metavar="FILE", dest="json",
+                   help="write every row, the command, topology, machine and versions")
+    o.add_argument("--plot", metavar="FILE.png",
+                   help="draw busbw against size (needs matplotlib: neuron-mpi[plot])")
+    t = p.add_argument_group(
+        "topology", "Unset options come from env NEURON_MPI_INSTANCE, "
+        f"NEURON_LOGICAL_NC_CONFIG, NEURON_MPI_NODES (neuron-mpirun sets them), else "
+        f"{cat.DEFAULT_INSTANCE}.")
+    t.add_argument("--instance", metavar="NAME", help="one of: " + ", ".join(cat.CATALOG))
+    t.add_argument("--lnc", type=int, metavar="L", help="logical NeuronCore size (1 or 2)")
+    t.add_argument("--nodes", type=int, metavar="N", help="instances joined by EFA")
+    return p
+
+
+def load_groups(text: str) -> list[list[int]]:
+    """Replica groups from a JSON file path or inline JSON: a list of equal-size
+    lists of ranks."""
+    src = text
+    if os.path.isfile(text):
+        with open(text) as f:
+            src = f.read()
+    try:
+        groups = json.loads(src)
+    except json.JSONDecodeError as e:
+        where = f"file {text!r}" if src is not text else "inline JSON"
+        raise UsageError(f"--custom-replica-groups: {where} is not valid JSON ({e.msg} at "
+                         f"line {e.lineno} column {e.colno})") from None
+    if isinstance(groups, dict) and "replica_groups" in groups:
+        groups = groups["replica_groups"]
+    if (not isinstance(groups, list) or not groups
+            or not all(isinstance(g, list) and g for g in groups)
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                       for g in groups for x in g)):
+        raise UsageError("--custom-replica-groups: expected a non-empty list of non-empty "
+                         f"lists of ranks, e.g. [[0,1,2,3],[4,5,6,7]], got {src.strip()[:80]}")
+    if len({len(g) for g in groups}) != 1:
+        raise UsageError("--custom-replica-groups: every group must have the same size, got "
+                         "sizes " + ", ".join(str(len(g)) for g in groups))
+    return groups
+
+
+def parse_args(argv):
+    """(Options, args) from the command line; UsageError for anything wrong."""
+    from .harness import Options
+
+    args = build_parser().parse_args(argv)
+    try:
+        op = W.canonical_op(args.op)
+    except ValueError as e:
+        raise UsageError(f"OP: {e}") from None
+    f = args.stepfactor
+    if f is None and args.stepbytes is None:
+        f = 4
+    try:
+        sizes = sweep(args.minbytes, args.maxbytes, f, args.stepbytes)
+    except ValueError as e:
+        raise UsageError(f"sizes: {e}") from None
+    from ..kernels import canonical_dtype, dtype_name
+
+    try:
+        dtype = dtype_name(canonical_dtype(args.datatype))
+    except ValueError as e:
+        raise UsageError(f"-d/--datatype: {e}") from None
+    redop = args.redop.lower()
+    if redop not in REDOPS + ("all",):
+        raise UsageError(f"-o/--op: expected one of {', '.join(REDOPS)} or all, got "
+                         f"{args.redop!r}")
+    if args.check is not None and args.check not in ("random", "all_ones"):
+        raise UsageError(f"-c/--check: expected random or all_ones, got {args.check!r}")
+    stats = args.stats.lower()
+    m = _STATS.match(stats)
+    if not m or (m.group(2) and not 0 <= float(m.group(2)) <= 100):
+        raise UsageError(f"-t/--stats: expected avg or pNN with NN in 0..100 (p50, p99), "
+                         f"got {args.stats!r}")
+    if args.plot and not report.have_matplotlib():
+        raise UsageError(report.PLOT_MISSING)
+    groups = load_groups(args.groups) if args.groups else None
+    redops = REDOPS if redop == "all" else (redop,)
+    opts = Options(op=op, sizes=sizes, iters=args.iters, warmup=args.warmup_iters,
+                   dtype=dtype, check=args.check, redops=redops,
+                   show_redop=redop == "all", stats=stats,
+                   show_algorithm=args.show_algorithm, groups=groups, json=args.json,
+                   instance=args.instance, lnc=args.lnc, nodes=args.nodes,
+                   algorithm=args.algorithm, vs_mpi=args.vs_mpi, plot=args.plot)
+    return opts, args
+
+
+def env_rank() -> int | None:
+    """This process's MPI rank from the launcher's environment (before MPI starts)."""
+    for k in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MPI_LOCALRANKID"):
+        v = os.environ.get(k)
+        if v is not None and v.strip().isdigit():
+            return int(v)
+    return None
+
+
+def _fail(message: str, rank: int | None) -> int:
+    if rank in (None, 0):
+        sys.stderr.write(f"{PROG}: error: {message}\n")
+        sys.stderr.flush()
+    return 2
+
+
+def run(opts, command, out=None) -> int:
+    """Run the benchmark the options describe (collective over MPI.COMM_WORLD)."""
+    from . import collectives as C
+    from .harness import Bench
+
+    bench = Bench(opts, out)
+    coll = C.get(opts.op)
+    bench.algorithm_for(coll)  # a forced algorithm that does not apply fails here
+    rows = bench.sweep(coll)
+    title = (f"{coll.name} {bench.dtype_name}: {bench.topo.instance}, {bench.r} ranks")
+    return bench.finish(rows, command, opts.json, opts.plot, title)
+
+
+def main(argv=None) -> int:
+    command = [PROG] + (sys.argv[1:] if argv is None else list(argv))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    rank = env_rank()
+    try:
+        opts, _ = parse_args(argv)
+    except UsageError as e:
+        return _fail(str(e), rank)
+    try:
+        return run(opts, command)
+    except (UsageError, NeuronMPIError) as e:
+        try:
+            from mpi4py import MPI
+
+            rank = MPI.COMM_WORLD.Get_rank()
+        except Exception:  # noqa: BLE001
+            pass
+        return _fail(str(e), rank)
+    except BrokenPipeError:
+        sys.stdout = None
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

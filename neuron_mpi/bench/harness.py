@@ -1,0 +1,271 @@
+"""The benchmark harness: one loop for every operation (nccl-tests' ``TimeTest``).
+
+For each size, on every rank, in lock step:
+
+1. build this rank's buffers (``collectives.make_case``);
+2. ``warmup`` untimed runs;
+3. ``iters`` timed runs, each after a quiesce (below), each timed on its own;
+4. with ``check``: one more run into a result buffer filled with 0xA5 bytes,
+   compared with the result this rank computes itself (``bench.data``);
+5. with ``vs_mpi``: the native MPI twin on the same buffers, timed the same way;
+6. the per-iteration times are max-reduced over the ranks (the slowest rank's
+   time, as nccl-tests reports), then averaged or the chosen percentile taken.
+
+Quiesce: a neuron_mpi collective may be routed through ranks outside it, which
+forward only while they are inside a neuron_mpi call. So a rank never blocks in a
+native MPI call while others might still need it: between phases every rank waits
+on a non-blocking ``MPI_Ibarrier`` while its neuron_mpi engine keeps forwarding.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..model import predict_workload
+from . import collectives as C
+from . import data, report
+from .sizes import human
+
+CORRUPT_ENV = "NEURON_MPI_BENCH_CORRUPT"
+SLOW_BYTES = 1 << 20  # a "# running size" line before each size from here up
+
+
+@dataclass
+class Options:
+    op: str = "all_reduce"  # canonical op name
+    sizes: list = field(default_factory=lambda: [1 << 10])
+    iters: int = 10
+    warmup: int = 2
+    dtype: str = "fp32"
+    check: str | None = None  # "random" | "all_ones" | None
+    redops: tuple = ("sum",)
+    show_redop: bool = False
+    stats: str = "avg"  # "avg" | "pNN"
+    show_algorithm: bool = False
+    groups: list | None = None  # replica groups (world ranks)
+    json: str | None = None
+    instance: str | None = None
+    lnc: int | None = None
+    nodes: int | None = None
+    algorithm: str | None = None
+    vs_mpi: bool = False
+    plot: str | None = None
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def statistic(values, stats: str) -> float:
+    """avg, or pNN (the NN-th percentile) of ``values``."""
+    vals = np.asarray(values, np.float64)
+    if vals.size == 0:
+        return 0.0
+    if stats == "avg":
+        return float(vals.mean())
+    return float(np.percentile(vals, float(stats[1:])))
+
+
+def _progress_until(comm, reqs) -> None:
+    """Wait for mpi4py requests while this rank's neuron_mpi engine forwards."""
+    from mpi4py import MPI
+
+    hook = getattr(comm, "wait_mpi", None)
+    if hook is not None:
+        hook(reqs)
+        return
+    # TODO(neuron_mpi.comm): use the public Communicator.wait_mpi once it exists
+    eng = comm._engine
+    eng.wait_until(lambda: MPI.Request.Testall(reqs), extra=reqs)
+
+
+class Bench:
+    """Communicators and settings for a run; ``sweep`` runs one operation."""
+
+    def __init__(self, opts: Options, out=None):
+        from mpi4py import MPI
+
+        import neuron_mpi as nm
+        from ..algorithms.group import GroupView
+        from ..kernels import canonical_dtype, dtype_name
+
+        self.opts = opts
+        self.out = out if out is not None else sys.stdout
+        self.MPI = MPI
+        self.mpi_world = MPI.COMM_WORLD
+        self.world = nm.init(opts.instance, opts.lnc, opts.nodes)
+        self.rank = self.world.rank
+        self.dtype = canonical_dtype(opts.dtype)
+        self.dtype_name = dtype_name(self.dtype)
+        topo = self.world.topology
+        self.topo = topo
+        if opts.groups:
+            self.comm = self.world.split(opts.groups)
+            color = next((i for i, g in enumerate(opts.groups) if self.rank in g),
+                         MPI.UNDEFINED)
+            key = opts.groups[color].index(self.rank) if color != MPI.UNDEFINED else 0
+            self.mpi = self.mpi_world.Split(color, key)
+            mine = opts.groups[color] if color != MPI.UNDEFINED else opts.groups[0]
+            self.group_ranks = list(mine)
+        else:
+            self.comm = self.world
+            self.mpi = self.mpi_world
+            self.group_ranks = list(range(self.world.size))
+        self.r = len(self.group_ranks)
+        self.view = GroupView(topo, self.group_ranks)
+        self.mpi_library = MPI.Get_library_version().strip()
+
+    # --- helpers ----------------------------------------------------------------------
+    def say(self, line: str) -> None:
+        if self.rank == 0:
+            self.out.write(line + "\n")
+            self.out.flush()
+
+    def quiesce(self) -> None:
+        _progress_until(self.world, [self.mpi_world.Ibarrier()])
+
+    def _allmax(self, values) -> np.ndarray:
+        a = np.ascontiguousarray(values, np.float64)
+        res = np.empty_like(a)
+        self.mpi_world.Allreduce(a, res, op=self.MPI.MAX)
+        return res
+
+    def _allsum(self, v: int) -> int:
+        res = np.zeros(1, np.int64)
+        self.mpi_world.Allreduce(np.array([v], np.int64), res, op=self.MPI.SUM)
+        return int(res[0])
+
+    def algorithm_for(self, coll: C.Collective) -> str:
+        """What the group communicator runs (the same choice, made on its view)."""
+        from ..algorithms.select import choose
+
+        return choose(coll.sched_op, self.view, self.opts.algorithm)
+
+    def columns(self):
+        return report.bench_columns(self.opts.show_redop, self.opts.show_algorithm,
+                                    self.opts.vs_mpi)
+
+    def preamble(self, coll: C.Collective) -> None:
+        o, t = self.opts, self.topo
+        groups = len(o.groups) if o.groups else 1
+        self.say(f"# neuron-mpi-bench {coll.name} on {t.instance} LNC={t.lnc} x {t.nodes} "
+                 f"node(s): {self.world.size} ranks, groups of {self.r} ({groups} group"
+                 f"{'s' if groups > 1 else ''})")
+        self.say(f"# type {self.dtype_name}, redop {','.join(o.redops) if coll.reduces else 'none'}"
+                 f", iters {o.iters}, warmup {o.warmup}, check {o.check or 'off'}, "
+                 f"stats {o.stats}, algorithm {self.algorithm_for(coll)}")
+        self.say("# time: the slowest rank per iteration on this machine; model_*: "
+                 "predictions for the real hardware (neuron_mpi.model), not this machine")
+        if o.vs_mpi:
+            self.say(f"# mpi_time: native MPI {coll.mpi_name} on the same buffers in the "
+                     f"same run ({self.mpi_library.splitlines()[0]}); ratio = time / mpi_time")
+
+    # --- one size ---------------------------------------------------------------------
+    def run_size(self, coll: C.Collective, nbytes: int, redop: str = "sum") -> dict:
+        """Every rank calls it; every rank gets the row (model columns on rank 0)."""
+        o = self.opts
+        ring = self.view.rings[0] if coll.name == "permute" else None
+        wl = coll.workload(nbytes, self.r, self.dtype.itemsize, ring)
+        member = self.comm is not None
+        case = None
+        if member:
+            case = C.make_case(wl, self.comm.rank, self.dtype, redop if coll.reduces else
+                               "sum", o.check or "all_ones", comm=self.comm, mpi=self.mpi,
+                               algorithm=o.algorithm)
+            for _ in range(o.warmup):
+                coll.run(case)
+        times = np.zeros(o.iters)
+        for i in range(o.iters):
+            self.quiesce()
+            if member:
+                t0 = time.perf_counter()
+                coll.run(case)
+                times[i] = time.perf_counter() - t0
+        wrong = 0
+        if o.check:
+            self.quiesce()
+            if member:
+                data.sentinel_fill(case.out)
+                coll.run(case)
+                if os.environ.get(CORRUPT_ENV) and self.rank == 0:
+                    flat = case.out.reshape(-1).view(np.uint8)
+                    flat[: case.dtype.itemsize] ^= 0xFF
+                wrong = data.count_wrong(case.out, coll.expected(case))
+        self.quiesce()
+        mpi_times = None
+        native = o.vs_mpi and coll.has_native(self.dtype)
+        if native:
+            mpi_times = np.zeros(o.iters)
+            if member:
+                for _ in range(max(1, o.warmup)):
+                    coll.native(case)
+            for i in range(o.iters):
+                self.mpi_world.Barrier()
+                if member:
+                    t0 = time.perf_counter()
+                    coll.native(case)
+                    mpi_times[i] = time.perf_counter() - t0
+        per_iter = self._allmax(times)
+        wrong = self._allsum(wrong) if o.check else None
+        row = {"op": coll.name, "redop": redop if coll.reduces else "none",
+               "size": wl.size, "count": wl.elems, "type": self.dtype_name,
+               "ranks": self.r, "iters": o.iters, "stats": o.stats,
+               "time_us": statistic(per_iter, o.stats) * 1e6,
+               "iteration_times_us": [float(t * 1e6) for t in per_iter],
+               "algorithm": self.algorithm_for(coll), "wrong": wrong,
+               "mpi_time_us": None, "mpi_busbw": None, "ratio": None}
+        factor = coll.bus_factor(self.r)
+        row["algbw"] = wl.size / (row["time_us"] * 1e3) if row["time_us"] > 0 else 0.0
+        row["busbw"] = row["algbw"] * factor
+        if native:
+            mt = statistic(self._allmax(mpi_times), o.stats) * 1e6
+            row["mpi_time_us"] = mt
+            row["mpi_busbw"] = wl.size / (mt * 1e3) * factor if mt > 0 else None
+            row["ratio"] = row["time_us"] / mt if mt > 0 else None
+        row["model_time_us"] = row["model_busbw"] = None
+        if self.rank == 0:
+            p = predict_workload(self.view, wl, o.algorithm, self.dtype_name, redop)
+            row["model_time_us"] = p.time_us
+            row["model_busbw"] = p.busbw
+        return row
+
+    # --- a sweep ------------------------------------------------------------------------
+    def sweep(self, coll: C.Collective, header: bool = True) -> list[dict]:
+        """Every size (and redop) of the options, one printed row as each finishes."""
+        cols = self.columns()
+        if header:
+            self.preamble(coll)
+            self.say(report.header_line(cols))
+        rows = []
+        redops = self.opts.redops if coll.reduces else ("none",)
+        for redop in redops:
+            for s in self.opts.sizes:
+                if s >= SLOW_BYTES:
+                    self.say(f"# running size {s} ({human(s)}) on {self.r} ranks ...")
+                row = self.run_size(coll, s, "sum" if redop == "none" else redop)
+                rows.append(row)
+                self.say(report.row_line(cols, row))
+        return rows
+
+    def finish(self, rows, command, json_path=None, plot_path=None, title="") -> int:
+        """Footer, JSON and plot (rank 0); returns the exit status (1 if wrong)."""
+        wrong = sum(r["wrong"] or 0 for r in rows)
+        for line in report.footer_lines(rows, wrong):
+            self.say(line)
+        if self.rank == 0:
+            groups = self.opts.groups
+            if json_path:
+                rep = report.build_report(
+                    rows, command=command, options=self.opts.as_dict(),
+                    topology=report.topology_info(self.topo, self.group_ranks),
+                    groups=groups, mpi_library=self.mpi_library, wrong=wrong)
+                report.write_json(json_path, rep)
+                self.say(f"# wrote {json_path}")
+            if plot_path:
+                report.plot(plot_path, rows, title)
+                self.say(f"# wrote {plot_path}")
+        self.quiesce()  # no rank leaves (and maybe aborts the job) before rank 0 is done
+        return 0 if wrong == 0 else 1

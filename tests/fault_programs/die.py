@@ -1,0 +1,74 @@
+"""One rank dies or raises; the job must end non-zero, soon, naming the rank.
+
+    mpiexec -n 4 python -m mpi4py tests/fault_programs/die.py MODE WHEN [RANK]
+
+MODE: exit0 (sys.exit(0)), exit1 (sys.exit(1)), os_exit (os._exit(0)), abort
+(os.abort()), sigkill (os.kill(own pid, 9)), sigterm (os.kill(own pid, 15)), raise
+(an uncaught RuntimeError).
+WHEN: before -- the rank dies right before an all_reduce the others are already
+in; mid -- the rank dies inside the all_reduce, after its first step moved data (its
+reduction kernel is patched to die on the second call).
+RANK: the rank that dies (default 2). The others run the all_reduce without
+catching anything, as a user program would. NEURON_MPI_TIMEOUT bounds their wait.
+"""
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+import neuron_mpi as nm
+
+MODE, WHEN = sys.argv[1], sys.argv[2]
+VICTIM = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+
+
+def die():
+    print(f"die.py: rank {VICTIM} dies now ({MODE}, {WHEN})", flush=True)
+    if MODE == "exit0":
+        sys.exit(0)
+    if MODE == "exit1":
+        sys.exit(1)
+    if MODE == "os_exit":
+        os._exit(0)
+    if MODE == "abort":
+        os.abort()
+    if MODE == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if MODE == "sigterm":
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)  # SIGTERM's default action ends us before this does
+    if MODE == "raise":
+        raise RuntimeError(f"rank {VICTIM} fails on purpose")
+    raise SystemExit(f"die.py: unknown mode {MODE}")
+
+
+def main():
+    comm = nm.init()
+    comm.barrier(timeout=120)  # everyone is up before anyone dies
+    x = np.arange(4096, dtype=np.float32) + comm.rank
+    if comm.rank == VICTIM:
+        if WHEN == "before":
+            time.sleep(0.5)  # the others are inside the all_reduce by now
+            die()
+        elif WHEN == "mid":
+            from neuron_mpi import kernels
+            real = kernels.reduce_into
+            calls = [0]
+
+            def dying(dst, src, op):
+                calls[0] += 1
+                if calls[0] >= 2:
+                    die()
+                return real(dst, src, op)
+            kernels.reduce_into = dying
+        else:
+            raise SystemExit(f"die.py: unknown WHEN {WHEN}")
+    y = comm.all_reduce(x)  # the default algorithm; reduces in several steps
+    comm.barrier()
+    print(f"die.py: rank {comm.rank} finished (unexpected): {y[:2]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

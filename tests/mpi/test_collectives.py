@@ -1,0 +1,385 @@
+"""Every collective x op x dtype x algorithm (default and forced) on the world
+communicator, checked bit for bit on every rank against a NumPy reference the rank
+computes itself from the seeds of all ranks (tests/mpi_helpers.py).
+
+A forced algorithm that does not apply to this world (e.g. "chip" on one chip,
+"hierarchical" on one node) must raise AlgorithmError on every rank, before any
+data moves. Small worlds (<= 8 ranks) run the full op x dtype product for every
+algorithm; larger worlds run it for the default algorithm and, for each forced
+one, every dtype once with the ops rotating (NEURON_MPI_TEST_LEVEL=full|reduced
+overrides), with the dtypes of a case in flight together as async handles.
+"""
+from __future__ import annotations
+
+import os
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pytest
+
+import neuron_mpi as nm
+from mpi_helpers import (DTYPE_NAMES, DTYPES, OPS, assert_same, count_matrix, counts,
+                         diff, int_table, permutation, reduce_ref, table, to_dtype)
+
+pytestmark = pytest.mark.mpi
+
+_SIZE_HINT = int(os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("PMI_SIZE") or 1)
+FULL = os.environ.get("NEURON_MPI_TEST_LEVEL",
+                      "full" if _SIZE_HINT <= 8 else "reduced") == "full"
+
+# What applies to what, from the design (docs/algorithms.md, select._APPLIES).
+APPLIES = {
+    "all_reduce": ("ring", "mesh", "chip", "hierarchical"),
+    "reduce_scatter": ("ring", "mesh", "chip", "hierarchical"),
+    "all_gather": ("ring", "mesh", "chip", "hierarchical"),
+    "reduce_scatter_v": ("ring", "mesh"),
+    "all_gather_v": ("ring", "mesh"),
+    "all_to_all": ("direct",),
+    "all_to_all_v": ("direct",),
+    "permute": ("direct",),
+    "broadcast": ("ring", "direct"),
+    "barrier": ("direct",),
+}
+LEVELS = ("ring", "mesh", "chip", "hierarchical")
+
+
+def seed_of(*parts) -> int:
+    return zlib.crc32("/".join(map(str, parts)).encode())
+
+
+def _members_by(comm, key):
+    topo = comm.topology
+    groups: dict = {}
+    for r in comm.ranks:
+        groups.setdefault(key(topo.placement(r)), []).append(r)
+    return list(groups.values())
+
+
+def structurally_applies(comm, algo) -> bool:
+    """chip: >= 2 chips holding the same number (>= 2) of members each;
+    hierarchical: >= 2 nodes holding members at the same local indices."""
+    if algo == "chip":
+        lgs = _members_by(comm, lambda p: (p.node, p.chip))
+        return len(lgs) >= 2 and len({len(g) for g in lgs}) == 1 and len(lgs[0]) >= 2
+    if algo == "hierarchical":
+        rpn = comm.topology.ranks_per_node
+        lgs = _members_by(comm, lambda p: p.node)
+        return len(lgs) >= 2 and all(sorted(r % rpn for r in g) == sorted(r % rpn for r in lgs[0])
+                                     for g in lgs)
+    return True
+
+
+def applies(comm, op, algo) -> bool:
+    return algo is None or (algo in APPLIES[op] and structurally_applies(comm, algo))
+
+
+@dataclass
+class Item:
+    label: str
+    fn: Callable  # fn(async_op) -> result or Handle
+    want: np.ndarray | None
+    inputs: list = field(default_factory=list)  # arrays that must stay unchanged
+
+    def __post_init__(self):
+        self.before = [a.copy() for a in self.inputs]
+
+
+def run_items(comm, items, batch, algo=None, op=None):
+    """Run the items (one by one, or all in flight as async handles when ``batch``)
+    and check every result; when the forced ``algo`` must not apply, check that
+    each raises AlgorithmError before any data moves instead."""
+    if op is not None and not applies(comm, op, algo):
+        ledger = comm.link_stats()
+        for it in items:
+            with pytest.raises(nm.AlgorithmError, match="algorithm"):
+                it.fn(False)
+        assert comm.link_stats() == ledger, "data moved before AlgorithmError"
+        for it in items:
+            for a, b in zip(it.inputs, it.before):
+                assert_same(a, b, f"{it.label}: input changed")
+        return
+    if op is not None and algo is not None:
+        assert comm.algorithm_for(op, algo) == algo
+    if batch:
+        handles = [it.fn(True) for it in items]
+        results = [h.wait() for h in handles]
+    else:
+        results = [it.fn(False) for it in items]
+    errors = []
+    for it, got in zip(items, results):
+        if it.want is not None:
+            msg = diff(np.asarray(got), it.want, it.label)
+            if msg:
+                errors.append(msg)
+        for a, b in zip(it.inputs, it.before):
+            msg = diff(a, b, f"{it.label}: input changed")
+            if msg:
+                errors.append(msg)
+    assert not errors, f"rank {comm.rank}: " + "\n".join(errors)
+
+
+def reduction_cases(algos):
+    cases = []
+    for k, algo in enumerate(algos):
+        name = algo or "default"
+        if FULL or algo is None:
+            for op in OPS:
+                cases.append(pytest.param(algo, [(op, d) for d in DTYPE_NAMES],
+                                          id=f"{name}-{op}"))
+        else:
+            pairs = [(OPS[(i + k) % len(OPS)], d) for i, d in enumerate(DTYPE_NAMES)]
+            cases.append(pytest.param(algo, pairs, id=f"{name}-mixed"))
+    return cases
+
+
+def dtype_cases(algos):
+    return [pytest.param(a, id=a or "default") for a in algos]
+
+
+# --- reductions ---------------------------------------------------------------------
+@pytest.mark.parametrize("algo,pairs", reduction_cases((None,) + LEVELS))
+def test_all_reduce(comm, batch, algo, pairs):
+    n, me = comm.size, comm.rank
+    count = 3 * n + 5  # uneven chunks on every ring
+    items = []
+    for op, dn in pairs:
+        dt = DTYPES[dn]
+        ints = int_table(seed_of("ar", op, dn, n), n, count, dt, op)
+        x = to_dtype(ints[me], dt)
+        items.append(Item(f"all_reduce {op} {dn}",
+                          lambda a, x=x, op=op: comm.all_reduce(x, op=op, algorithm=algo,
+                                                                async_op=a),
+                          reduce_ref(ints, op, dt), [x]))
+    run_items(comm, items, batch, algo, "all_reduce")
+
+
+@pytest.mark.parametrize("algo,pairs", reduction_cases((None,) + LEVELS))
+def test_reduce_scatter(comm, batch, algo, pairs):
+    n, me = comm.size, comm.rank
+    rows, width = 3, 2
+    items = []
+    for op, dn in pairs:
+        dt = DTYPES[dn]
+        ints = int_table(seed_of("rs", op, dn, n), n, n * rows * width, dt, op)
+        x = to_dtype(ints[me], dt).reshape(n * rows, width)
+        want = reduce_ref(ints, op, dt).reshape(n * rows, width)[me * rows:(me + 1) * rows]
+        items.append(Item(f"reduce_scatter {op} {dn}",
+                          lambda a, x=x, op=op: comm.reduce_scatter(x, op=op, algorithm=algo,
+                                                                    async_op=a),
+                          want, [x]))
+    run_items(comm, items, batch, algo, "reduce_scatter")
+
+
+@pytest.mark.parametrize("algo,pairs", reduction_cases((None, "ring", "mesh")))
+def test_reduce_scatter_v(comm, batch, algo, pairs):
+    n, me = comm.size, comm.rank
+    width = 2
+    items = []
+    for op, dn in pairs:
+        dt = DTYPES[dn]
+        c = counts(seed_of("rsv-counts", op, dn, n), n, 0, 3)
+        total = sum(c)
+        ints = int_table(seed_of("rsv", op, dn, n), n, total * width, dt, op)
+        x = to_dtype(ints[me], dt).reshape(total, width)
+        off = sum(c[:me])
+        want = reduce_ref(ints, op, dt).reshape(total, width)[off:off + c[me]]
+        items.append(Item(f"reduce_scatter_v {op} {dn} counts={c}",
+                          lambda a, x=x, c=c, op=op: comm.reduce_scatter_v(
+                              x, c, op=op, algorithm=algo, async_op=a),
+                          want, [x]))
+    run_items(comm, items, batch, algo, "reduce_scatter_v")
+
+
+# --- gathers and all-to-all ---------------------------------------------------------
+@pytest.mark.parametrize("algo", dtype_cases((None,) + LEVELS))
+def test_all_gather(comm, batch, algo):
+    n, me = comm.size, comm.rank
+    items = []
+    for dn in DTYPE_NAMES:
+        dt = DTYPES[dn]
+        t = table(seed_of("ag", dn, n), n, 2 * 3, dt)
+        x = t[me].reshape(2, 3)
+        items.append(Item(f"all_gather {dn}",
+                          lambda a, x=x: comm.all_gather(x, algorithm=algo, async_op=a),
+                          t.reshape(n * 2, 3), [x]))
+    run_items(comm, items, batch, algo, "all_gather")
+
+
+@pytest.mark.parametrize("algo", dtype_cases((None, "ring", "mesh")))
+def test_all_gather_v(comm, batch, algo):
+    n, me = comm.size, comm.rank
+    width = 3
+    items = []
+    for dn in DTYPE_NAMES:
+        dt = DTYPES[dn]
+        c = counts(seed_of("agv-counts", dn, n), n, 0, 3)
+        t = table(seed_of("agv", dn, n), n, 3 * width, dt).reshape(n, 3, width)
+        x = t[me, :c[me]]
+        want = np.concatenate([t[r, :c[r]] for r in range(n)])
+        items.append(Item(f"all_gather_v {dn} counts={c}",
+                          lambda a, x=x, c=c: comm.all_gather_v(x, c, algorithm=algo,
+                                                                async_op=a),
+                          want, [x]))
+    run_items(comm, items, batch, algo, "all_gather_v")
+
+
+@pytest.mark.parametrize("algo", dtype_cases((None, "direct")))
+def test_all_to_all(comm, batch, algo):
+    n, me = comm.size, comm.rank
+    b, width = 2, 2
+    items = []
+    for dn in DTYPE_NAMES:
+        dt = DTYPES[dn]
+        t = table(seed_of("a2a", dn, n), n, n * b * width, dt).reshape(n, n, b, width)
+        x = t[me].reshape(n * b, width)
+        want = t[:, me].reshape(n * b, width)
+        items.append(Item(f"all_to_all {dn}",
+                          lambda a, x=x: comm.all_to_all(x, algorithm=algo, async_op=a),
+                          want, [x]))
+    run_items(comm, items, batch, algo, "all_to_all")
+
+
+@pytest.mark.parametrize("algo", dtype_cases((None, "direct")))
+def test_all_to_all_v(comm, batch, algo):
+    n, me = comm.size, comm.rank
+    width = 3
+    items = []
+    for dn in DTYPE_NAMES:
+        dt = DTYPES[dn]
+        m = count_matrix(seed_of("a2av-counts", dn, n), n, 2)
+        rmax = max(sum(row) for row in m)
+        t = table(seed_of("a2av", dn, n), n, max(rmax, 1) * width, dt).reshape(n, -1, width)
+        offs = [np.cumsum([0] + row) for row in m]
+        x = t[me, :sum(m[me])]
+        want = np.concatenate([t[i, offs[i][me]:offs[i][me] + m[i][me]] for i in range(n)])
+        sc, rc = m[me], [m[i][me] for i in range(n)]
+        items.append(Item(f"all_to_all_v {dn} send={sc} recv={rc}",
+                          lambda a, x=x, sc=sc, rc=rc: comm.all_to_all_v(
+                              x, sc, rc, algorithm=algo, async_op=a),
+                          want, [x]))
+    run_items(comm, items, batch, algo, "all_to_all_v")
+
+
+# --- permute, broadcast ---------------------------------------------------------------
+def permute_pairs(kind, n):
+    if kind == "shift":
+        return [(i, (i + 1) % n) for i in range(n)]
+    if kind == "random":
+        p = permutation(seed_of("perm", n), n)
+        return [(i, p[i]) for i in range(n)]
+    if kind == "partial":  # some ranks send nothing, some receive nothing (zeros)
+        return [(i, (i + 2) % n) for i in range(n) if i % 3 != 1]
+    if kind == "self":
+        return [(i, i) for i in range(n)]
+    raise ValueError(kind)
+
+
+@pytest.mark.parametrize("kind", ["shift", "random", "partial", "self"])
+@pytest.mark.parametrize("algo", dtype_cases((None, "direct")))
+def test_permute(comm, batch, algo, kind):
+    n, me = comm.size, comm.rank
+    pairs = permute_pairs(kind, n)
+    src_of = {d: s for s, d in pairs}
+    names = DTYPE_NAMES if FULL or kind == "random" else DTYPE_NAMES[::3]
+    items = []
+    for dn in names:
+        dt = DTYPES[dn]
+        t = table(seed_of("perm", kind, dn, n), n, 5, dt)
+        x = t[me]
+        want = t[src_of[me]] if me in src_of else np.zeros(5, dt)
+        items.append(Item(f"permute {kind} {dn}",
+                          lambda a, x=x: comm.permute(x, pairs, algorithm=algo, async_op=a),
+                          want, [x]))
+    run_items(comm, items, batch, algo, "permute")
+
+
+@pytest.mark.parametrize("algo", dtype_cases((None, "ring", "direct")))
+def test_broadcast(comm, batch, algo):
+    n, me = comm.size, comm.rank
+    items = []
+    for i, dn in enumerate(DTYPE_NAMES):
+        dt = DTYPES[dn]
+        root = (3 * i + 1) % n  # roots rotate over the dtypes
+        t = table(seed_of("bc", dn, n), n, 4 * 3, dt).reshape(n, 4, 3)
+        x = t[me]
+        items.append(Item(f"broadcast {dn} root={root}",
+                          lambda a, x=x, root=root: comm.broadcast(x, root=root, algorithm=algo,
+                                                                   async_op=a),
+                          t[root], [x]))
+    run_items(comm, items, batch, algo, "broadcast")
+
+
+@pytest.mark.skipif(not FULL, reason="every root: small worlds only")
+def test_broadcast_every_root(comm):
+    n, me = comm.size, comm.rank
+    for root in range(n):
+        t = table(seed_of("bc-root", root, n), n, 7, DTYPES["fp32"])
+        assert_same(comm.broadcast(t[me], root=root), t[root], f"root {root}")
+
+
+# --- point to point and barrier ------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["shift", "mirror"])
+def test_send_recv(comm, kind):
+    """Every rank sends first, then receives (sends must not need the receiver to
+    be receiving); "mirror" pairs far-apart ranks, so messages are forwarded."""
+    n, me = comm.size, comm.rank
+    if kind == "shift":
+        dst, src = (me + 1) % n, (me - 1) % n
+    else:
+        dst = src = n - 1 - me
+    names = DTYPE_NAMES if FULL or kind == "shift" else DTYPE_NAMES[:3]
+    errors = []
+    for dn in names:
+        dt = DTYPES[dn]
+        t = table(seed_of("p2p", kind, dn, n), n, 6, dt).reshape(n, 3, 2)
+        comm.send(t[me], dst)
+        out = np.empty((3, 2), dt)
+        got = comm.recv(out, src)
+        assert got is out
+        msg = diff(out, t[src], f"recv {dn} from {src}")
+        if msg:
+            errors.append(msg)
+    comm.barrier()
+    assert not errors, "\n".join(errors)
+
+
+def test_send_recv_several_messages_keep_order(comm):
+    n, me = comm.size, comm.rank
+    dst, src = (me + 1) % n, (me - 1) % n
+    for k in range(3):
+        comm.send(np.full(4, 10 * me + k, np.int64), dst)
+    for k in range(3):
+        got = comm.recv(np.empty(4, np.int64), src)
+        assert_same(got, np.full(4, 10 * src + k, np.int64), f"message {k} from {src}")
+    comm.barrier()
+
+
+def test_barrier(comm):
+    """Nobody leaves the barrier before the last rank (0, after a sleep) entered."""
+    n, me = comm.size, comm.rank
+    comm.barrier()
+    if me == 0:
+        time.sleep(0.3)
+    entered = time.time()
+    comm.barrier()
+    left = time.time()
+    times = comm.all_gather(np.array([entered, left], np.float64)).reshape(n, 2)
+    assert times[:, 1].min() >= times[0, 0], (
+        f"rank {int(times[:, 1].argmin())} left the barrier before rank 0 entered it")
+    for _ in range(3):
+        comm.barrier()
+
+
+def test_repeated_runs_are_bit_identical(comm):
+    n, me = comm.size, comm.rank
+    x = table(seed_of("repeat", n), n, 3 * n + 1, DTYPES["fp32"], "sum")[me]
+    first = comm.all_reduce(x, op="avg")
+    for _ in range(2):
+        assert_same(comm.all_reduce(x, op="avg"), first, "repeat")
+    # every rank holds the same bits: gather the results and compare rows
+    rows = comm.all_gather(first.reshape(1, -1))
+    for r in range(n):
+        assert_same(rows[r], first, f"rank {r}'s result")

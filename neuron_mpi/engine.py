@@ -1,7 +1,8 @@
 """The transport: one progress engine per process over a private MPI communicator.
 
-Every hop is two buffer-based MPI messages to a neighbour: a fixed header (int64[8])
-and, when non-empty, the payload. The receiver's engine reads the header and either
+Every hop is one buffer-based MPI message to a neighbour: a fixed header (int64[8])
+followed by the payload when it is small (up to 32 KiB); a larger payload follows
+in a second message straight from the sender's buffer. The receiver's engine reads the header and either
 keeps the payload for a local consumer (keyed by communicator id, sequence number
 and transfer id) or forwards it one hop further along ``Topology.route``. So a
 rank forwards for groups it is not a member of, as long as it is inside any
@@ -23,6 +24,8 @@ import numpy as np
 from mpi4py import MPI
 
 HDR_LEN = 8
+HDR_BYTES = HDR_LEN * 8
+INLINE_MAX = 32 * 1024  # payloads up to this ride in the header's message
 TAG_HDR = 0x4E31
 TAG_DATA = 0x4E32
 K_DATA = 1
@@ -34,9 +37,10 @@ class Engine:
         self.comm = comm
         self.rank = comm.Get_rank()
         self.topo = topo
-        self._hdr = np.empty(HDR_LEN, np.int64)
+        self._rbuf = np.empty(HDR_BYTES + INLINE_MAX, np.uint8)
+        self._hdr = self._rbuf[:HDR_BYTES].view(np.int64)
         self._status = MPI.Status()
-        self._hdr_req = comm.Irecv(self._hdr, MPI.ANY_SOURCE, TAG_HDR)
+        self._hdr_req = comm.Irecv(self._rbuf, MPI.ANY_SOURCE, TAG_HDR)
         self._stash: dict[tuple, np.ndarray] = {}
         self._sends: list = []  # [request, keepalive]
         self.ledger: dict[tuple[int, str], list[int]] = {}
@@ -60,10 +64,15 @@ class Engine:
         path = self.topo.route(origin, dst)
         nxt = path[path.index(self.rank) + 1]
         nbytes = payload.nbytes
-        hdr = np.array([K_DATA, key[0], key[1], key[2], nbytes, dst, origin, 0], np.int64)
-        reqs = [self.comm.Isend(hdr, nxt, TAG_HDR)]
-        self._sends.append([reqs[0], hdr])
-        if nbytes:
+        inline = nbytes <= INLINE_MAX
+        msg = np.empty(HDR_BYTES + (nbytes if inline else 0), np.uint8)
+        msg[:HDR_BYTES].view(np.int64)[:] = (K_DATA, key[0], key[1], key[2], nbytes, dst,
+                                              origin, inline)
+        if inline:
+            msg[HDR_BYTES:] = payload
+        reqs = [self.comm.Isend(msg, nxt, TAG_HDR)]
+        self._sends.append([reqs[0], msg])
+        if not inline:
             reqs.append(self.comm.Isend(payload, nxt, TAG_DATA))
             self._sends.append([reqs[1], payload])
         spec = self.topo.link_between_ranks(self.rank, nxt)
@@ -87,12 +96,14 @@ class Engine:
     def _on_header(self) -> None:
         h = self._hdr.copy()
         src = self._status.Get_source()
-        self._hdr_req = self.comm.Irecv(self._hdr, MPI.ANY_SOURCE, TAG_HDR)
+        nbytes = int(h[4])
+        if h[0] == K_DATA and h[7]:
+            buf = self._rbuf[HDR_BYTES:HDR_BYTES + nbytes].copy()
+        self._hdr_req = self.comm.Irecv(self._rbuf, MPI.ANY_SOURCE, TAG_HDR)
         if h[0] == K_WAKE:
             return
-        nbytes = int(h[4])
-        buf = np.empty(nbytes, np.uint8)
-        if nbytes:
+        if not h[7]:
+            buf = np.empty(nbytes, np.uint8)
             self.comm.Recv(buf, src, TAG_DATA)
         key = (int(h[1]), int(h[2]), int(h[3]))
         dst = int(h[5])

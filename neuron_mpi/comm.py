@@ -21,7 +21,7 @@ from . import validate as V
 from .algorithms.group import GroupView
 from .algorithms.select import choose, schedule_for
 from .engine import Engine
-from .errors import (CollectiveMismatchError, CollectiveTimeoutError,
+from .errors import (CollectiveTimeoutError,
                      CommunicatorFailedError, InvalidArgumentError, NeuronMPIError)
 from .executor import Execution, Plan, make_buffers
 from .recorder import FlightRecorder
@@ -504,6 +504,13 @@ class Communicator:
         return Communicator(self._engine, self.topology, world_groups[mine],
                             _child_id(self._id, self._nsplit, mine), self.strict, sub,
                             self._recorder)
+
+    def wait_mpi(self, requests) -> None:
+        """Wait for the user's own mpi4py requests while this rank goes on serving
+        and forwarding neuron_mpi traffic (a rank blocked in a plain MPI call cannot
+        forward for other groups)."""
+        reqs = list(requests)
+        self._engine.wait_until(lambda: MPI.Request.Testall(reqs), extra=reqs)
 
     def link_stats(self) -> list[dict]:
         """What this rank sent since init: one entry per (next hop, link kind)."""

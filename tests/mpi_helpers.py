@@ -14,6 +14,8 @@ way in any order, so they are exact anyway.
 """
 from __future__ import annotations
 
+import zlib
+
 import ml_dtypes
 import numpy as np
 
@@ -180,3 +182,61 @@ def count_matrix(seed: int, n: int, hi: int) -> list[list[int]]:
 def permutation(seed: int, n: int) -> list[int]:
     order = np.argsort(mix(seed, [0], np.arange(n))[0], kind="stable")
     return [int(v) for v in order]
+
+
+def seed_of(*parts) -> int:
+    """A seed from labels, the same in every process (unlike hash())."""
+    return zlib.crc32("/".join(map(str, parts)).encode())
+
+
+# --- which algorithm applies (the design: docs/algorithms.md, select._APPLIES) ---------
+APPLIES = {
+    "all_reduce": ("ring", "mesh", "chip", "rdh", "hierarchical"),
+    "reduce_scatter": ("ring", "mesh", "chip", "rdh", "hierarchical"),
+    "all_gather": ("ring", "mesh", "chip", "rdh", "hierarchical"),
+    "reduce_scatter_v": ("ring", "mesh"),
+    "all_gather_v": ("ring", "mesh"),
+    "all_to_all": ("direct",),
+    "all_to_all_v": ("direct",),
+    "permute": ("direct",),
+    "broadcast": ("ring", "direct"),
+    "barrier": ("direct",),
+}
+ALGORITHMS = ("ring", "mesh", "chip", "rdh", "hierarchical", "direct")
+LEVELS = ("ring", "mesh", "chip", "rdh", "hierarchical")  # the reductions' algorithms
+
+
+def _members_by(topo, ranks, key) -> list[list[int]]:
+    groups: dict = {}
+    for r in ranks:
+        groups.setdefault(key(topo.placement(r)), []).append(r)
+    return list(groups.values())
+
+
+def structurally_applies(topo, ranks, algo) -> bool:
+    """Whether ``algo`` fits a group of world ``ranks`` on ``topo``:
+    chip: >= 2 chips holding the same number (>= 2) of members each;
+    rdh: one node, a power-of-two number (>= 2) of chips, the same number on each;
+    hierarchical: >= 2 nodes holding members at the same local indices."""
+    if algo == "chip":
+        lgs = _members_by(topo, ranks, lambda p: (p.node, p.chip))
+        return len(lgs) >= 2 and len({len(g) for g in lgs}) == 1 and len(lgs[0]) >= 2
+    if algo == "rdh":
+        nodes = _members_by(topo, ranks, lambda p: p.node)
+        lgs = _members_by(topo, ranks, lambda p: (p.node, p.chip))
+        k = len(lgs)
+        return (len(nodes) == 1 and k >= 2 and k & (k - 1) == 0
+                and len({len(g) for g in lgs}) == 1)
+    if algo == "hierarchical":
+        rpn = topo.ranks_per_node
+        lgs = _members_by(topo, ranks, lambda p: p.node)
+        first = sorted(r % rpn for r in lgs[0])
+        return len(lgs) >= 2 and all(sorted(r % rpn for r in g) == first for g in lgs)
+    return True
+
+
+def applies(comm, op, algo) -> bool:
+    """Whether forcing ``algo`` on ``op`` over communicator ``comm`` must work (else it
+    must raise AlgorithmError). None (the default) always applies."""
+    return algo is None or (algo in APPLIES[op]
+                            and structurally_applies(comm.topology, comm.ranks, algo))

@@ -37,6 +37,13 @@ def _hash(key: int, start: int, n: int) -> np.ndarray:
     return bg.random_raw(n) if n else np.zeros(0, np.uint64)
 
 
+def _below(z: np.ndarray, m: int) -> np.ndarray:
+    """Values in [0, m) from raw draws (multiply-shift of the high 32 bits), int64."""
+    v = (z >> np.uint64(32)) * np.uint64(m)
+    v >>= np.uint64(32)
+    return v.view(np.int64)
+
+
 def exact_limit(dtype) -> int:
     """The largest M such that every integer in [0, M] is exact in ``dtype``."""
     dtype = np.dtype(dtype)
@@ -79,16 +86,16 @@ def raw(mode: str, dtype, redop: str | None, g: int, r: int, start: int, n: int,
     if redop in ("sum", "avg"):
         vmax = min(m // r, 100)
         if vmax >= 1:
-            return (z % np.uint64(vmax + 1)).astype(np.int64)
+            return _below(z, vmax + 1)
         stride = -(-r // m)
         keep = (np.arange(start, start + n, dtype=np.int64) + g) % stride == 0
-        return ((z & np.uint64(1)).astype(np.int64)) * keep
+        return _below(z, 2) * keep
     if redop == "prod":
         lim = pow2_limit(dtype)
         stride = max(1, -(-r // lim))
         keep = (np.arange(start, start + n, dtype=np.int64) + g) % stride == 0
-        return 1 + ((z & np.uint64(1)).astype(np.int64)) * keep
-    return (z % np.uint64(min(m, 100) + 1)).astype(np.int64)
+        return 1 + _below(z, 2) * keep
+    return _below(z, min(m, 100) + 1)
 
 
 def values(mode, dtype, redop, g, r, start, n, seed=SEED) -> np.ndarray:

@@ -71,15 +71,7 @@ def statistic(values, stats: str) -> float:
 
 def _progress_until(comm, reqs) -> None:
     """Wait for mpi4py requests while this rank's neuron_mpi engine forwards."""
-    from mpi4py import MPI
-
-    hook = getattr(comm, "wait_mpi", None)
-    if hook is not None:
-        hook(reqs)
-        return
-    # TODO(neuron_mpi.comm): use the public Communicator.wait_mpi once it exists
-    eng = comm._engine
-    eng.wait_until(lambda: MPI.Request.Testall(reqs), extra=reqs)
+    comm.wait_mpi(reqs)
 
 
 class Bench:
@@ -116,7 +108,7 @@ class Bench:
             self.group_ranks = list(range(self.world.size))
         self.r = len(self.group_ranks)
         self.view = GroupView(topo, self.group_ranks)
-        self.mpi_library = MPI.Get_library_version().strip()
+        self.mpi_library = MPI.Get_library_version().strip().strip("\x00").strip()
 
     # --- helpers ----------------------------------------------------------------------
     def say(self, line: str) -> None:
@@ -138,11 +130,12 @@ class Bench:
         self.mpi_world.Allreduce(np.array([v], np.int64), res, op=self.MPI.SUM)
         return int(res[0])
 
-    def algorithm_for(self, coll: C.Collective) -> str:
-        """What the group communicator runs (the same choice, made on its view)."""
+    def algorithm_for(self, coll: C.Collective, nbytes: int | None = None) -> str:
+        """What the group communicator runs for a buffer of ``nbytes`` (the same
+        choice, made on its view)."""
         from ..algorithms.select import choose
 
-        return choose(coll.sched_op, self.view, self.opts.algorithm)
+        return choose(coll.sched_op, self.view, self.opts.algorithm, nbytes)
 
     def columns(self):
         return report.bench_columns(self.opts.show_redop, self.opts.show_algorithm,
@@ -156,12 +149,13 @@ class Bench:
                  f"{'s' if groups > 1 else ''})")
         self.say(f"# type {self.dtype_name}, redop {','.join(o.redops) if coll.reduces else 'none'}"
                  f", iters {o.iters}, warmup {o.warmup}, check {o.check or 'off'}, "
-                 f"stats {o.stats}, algorithm {self.algorithm_for(coll)}")
+                 f"stats {o.stats}, algorithm {o.algorithm or 'default (by size)'}")
         self.say("# time: the slowest rank per iteration on this machine; model_*: "
                  "predictions for the real hardware (neuron_mpi.model), not this machine")
         if o.vs_mpi:
+            lib = self.mpi_library.split(",")[0].strip()
             self.say(f"# mpi_time: native MPI {coll.mpi_name} on the same buffers in the "
-                     f"same run ({self.mpi_library.splitlines()[0]}); ratio = time / mpi_time")
+                     f"same run ({lib}); ratio = time / mpi_time")
 
     # --- one size ---------------------------------------------------------------------
     def run_size(self, coll: C.Collective, nbytes: int, redop: str = "sum") -> dict:
@@ -215,7 +209,7 @@ class Bench:
                "ranks": self.r, "iters": o.iters, "stats": o.stats,
                "time_us": statistic(per_iter, o.stats) * 1e6,
                "iteration_times_us": [float(t * 1e6) for t in per_iter],
-               "algorithm": self.algorithm_for(coll), "wrong": wrong,
+               "algorithm": self.algorithm_for(coll, wl.size), "wrong": wrong,
                "mpi_time_us": None, "mpi_busbw": None, "ratio": None}
         factor = coll.bus_factor(self.r)
         row["algbw"] = wl.size / (row["time_us"] * 1e3) if row["time_us"] > 0 else 0.0
@@ -250,7 +244,8 @@ class Bench:
                 self.say(report.row_line(cols, row))
         return rows
 
-    def finish(self, rows, command, json_path=None, plot_path=None, title="") -> int:
+    def finish(self, rows, command, json_path=None, plot_path=None, title="",
+               options=None) -> int:
         """Footer, JSON and plot (rank 0); returns the exit status (1 if wrong)."""
         wrong = sum(r["wrong"] or 0 for r in rows)
         for line in report.footer_lines(rows, wrong):
@@ -259,7 +254,8 @@ class Bench:
             groups = self.opts.groups
             if json_path:
                 rep = report.build_report(
-                    rows, command=command, options=self.opts.as_dict(),
+                    rows, command=command,
+                    options=self.opts.as_dict() if options is None else options,
                     topology=report.topology_info(self.topo, self.group_ranks),
                     groups=groups, mpi_library=self.mpi_library, wrong=wrong)
                 report.write_json(json_path, rep)

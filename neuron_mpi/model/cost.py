@@ -29,7 +29,6 @@ from .lowering import lowerer
 LOCAL_TRAFFIC = {"copy": 2.0, "reduce": 3.0, "divide": 2.0, "zero": 1.0}
 REDUCE_DELIVERY_TRAFFIC = 3.0
 
-US_PER_BYTE_AT_1GBPS = 1e-3  # 1 GB/s = 1e9 B/s = 1e3 B/us
 
 
 @dataclass

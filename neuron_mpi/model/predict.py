@@ -76,7 +76,7 @@ def predict_workload(view: GroupView, wl: Workload, algorithm=None, dtype_name="
     if op_reduce not in REDUCE_OPS:
         raise ValueError(f"op_reduce: expected one of {', '.join(REDUCE_OPS)}, got "
                          f"{op_reduce!r}")
-    algo = choose(wl.sched_op, view, algorithm)
+    algo = choose(wl.sched_op, view, algorithm, wl.size)
     avg = op_reduce == "avg" and wl.sched_op in ("all_reduce", "reduce_scatter",
                                                  "reduce_scatter_v")
     sched = schedule_for(view, wl.sched_op, algo, wl.sizes, avg, wl.extra)

@@ -6,8 +6,10 @@ MODE: exit0 (sys.exit(0)), exit1 (sys.exit(1)), os_exit (os._exit(0)), abort
 (os.abort()), sigkill (os.kill(own pid, 9)), sigterm (os.kill(own pid, 15)), raise
 (an uncaught RuntimeError).
 WHEN: before -- the rank dies right before an all_reduce the others are already
-in; mid -- the rank dies inside the all_reduce, after its first step moved data (its
-reduction kernel is patched to die on the second call).
+in; mid -- the rank dies inside the all_reduce (forced to the ring algorithm), in its
+second reduction round, after it sent that round's data and before it sends the next
+(its reduction kernel is patched to die on the second call), so the others wait for
+data from it.
 RANK: the rank that dies (default 2). The others run the all_reduce without
 catching anything, as a user program would. NEURON_MPI_TIMEOUT bounds their wait.
 """
@@ -65,7 +67,11 @@ def main():
             kernels.reduce_into = dying
         else:
             raise SystemExit(f"die.py: unknown WHEN {WHEN}")
-    y = comm.all_reduce(x)  # the default algorithm; reduces in several steps
+    y = comm.all_reduce(x, algorithm="ring")  # n - 1 reduce rounds, then n - 1 copies
+    n = comm.size
+    want = np.arange(4096, dtype=np.float32) * n + n * (n - 1) / 2
+    print(f"die.py: rank {comm.rank} left the all_reduce, result "
+          f"{'correct' if np.array_equal(y, want) else 'WRONG'}", flush=True)
     comm.barrier()
     print(f"die.py: rank {comm.rank} finished (unexpected): {y[:2]}", flush=True)
 

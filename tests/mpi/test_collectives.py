@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import time
-import zlib
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -21,60 +20,19 @@ import numpy as np
 import pytest
 
 import neuron_mpi as nm
-from mpi_helpers import (DTYPE_NAMES, DTYPES, OPS, assert_same, count_matrix, counts,
-                         diff, int_table, permutation, reduce_ref, table, to_dtype)
+from mpi_helpers import (DTYPE_NAMES, DTYPES, LEVELS, OPS, applies, assert_same,
+                         count_matrix, counts, diff, int_table, permutation, reduce_ref,
+                         seed_of, table, to_dtype)
 
 pytestmark = pytest.mark.mpi
 
 _SIZE_HINT = int(os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("PMI_SIZE") or 1)
-FULL = os.environ.get("NEURON_MPI_TEST_LEVEL",
-                      "full" if _SIZE_HINT <= 8 else "reduced") == "full"
-
-# What applies to what, from the design (docs/algorithms.md, select._APPLIES).
-APPLIES = {
-    "all_reduce": ("ring", "mesh", "chip", "hierarchical"),
-    "reduce_scatter": ("ring", "mesh", "chip", "hierarchical"),
-    "all_gather": ("ring", "mesh", "chip", "hierarchical"),
-    "reduce_scatter_v": ("ring", "mesh"),
-    "all_gather_v": ("ring", "mesh"),
-    "all_to_all": ("direct",),
-    "all_to_all_v": ("direct",),
-    "permute": ("direct",),
-    "broadcast": ("ring", "direct"),
-    "barrier": ("direct",),
-}
-LEVELS = ("ring", "mesh", "chip", "hierarchical")
-
-
-def seed_of(*parts) -> int:
-    return zlib.crc32("/".join(map(str, parts)).encode())
-
-
-def _members_by(comm, key):
-    topo = comm.topology
-    groups: dict = {}
-    for r in comm.ranks:
-        groups.setdefault(key(topo.placement(r)), []).append(r)
-    return list(groups.values())
-
-
-def structurally_applies(comm, algo) -> bool:
-    """chip: >= 2 chips holding the same number (>= 2) of members each;
-    hierarchical: >= 2 nodes holding members at the same local indices."""
-    if algo == "chip":
-        lgs = _members_by(comm, lambda p: (p.node, p.chip))
-        return len(lgs) >= 2 and len({len(g) for g in lgs}) == 1 and len(lgs[0]) >= 2
-    if algo == "hierarchical":
-        rpn = comm.topology.ranks_per_node
-        lgs = _members_by(comm, lambda p: p.node)
-        return len(lgs) >= 2 and all(sorted(r % rpn for r in g) == sorted(r % rpn for r in lgs[0])
-                                     for g in lgs)
-    return True
-
-
-def applies(comm, op, algo) -> bool:
-    return algo is None or (algo in APPLIES[op] and structurally_applies(comm, algo))
-
+# full: every op x dtype for every algorithm; reduced: that for the default algorithm,
+# every dtype once (ops rotating) for each forced one; slim (64 ranks): every dtype
+# once for the default algorithm, two per forced one
+LEVEL = os.environ.get("NEURON_MPI_TEST_LEVEL") or (
+    "full" if _SIZE_HINT <= 8 else "reduced" if _SIZE_HINT <= 32 else "slim")
+FULL = LEVEL == "full"
 
 @dataclass
 class Item:
@@ -121,22 +79,36 @@ def run_items(comm, items, batch, algo=None, op=None):
     assert not errors, f"rank {comm.rank}: " + "\n".join(errors)
 
 
+def _rotated(k):
+    """(op, dtype) pairs: every dtype once, the ops rotating (shifted by k)."""
+    return [(OPS[(i + k) % len(OPS)], d) for i, d in enumerate(DTYPE_NAMES)]
+
+
+def _two(k, items):
+    """Two of ``items`` (rotating with k) for a forced algorithm in slim mode."""
+    return [items[(2 * k) % len(items)], items[(2 * k + 1) % len(items)]]
+
+
 def reduction_cases(algos):
     cases = []
     for k, algo in enumerate(algos):
         name = algo or "default"
-        if FULL or algo is None:
+        if FULL or (algo is None and LEVEL == "reduced"):
             for op in OPS:
                 cases.append(pytest.param(algo, [(op, d) for d in DTYPE_NAMES],
                                           id=f"{name}-{op}"))
+        elif algo is None or LEVEL == "reduced":
+            cases.append(pytest.param(algo, _rotated(k), id=f"{name}-mixed"))
         else:
-            pairs = [(OPS[(i + k) % len(OPS)], d) for i, d in enumerate(DTYPE_NAMES)]
-            cases.append(pytest.param(algo, pairs, id=f"{name}-mixed"))
+            cases.append(pytest.param(algo, _two(k, _rotated(k)), id=f"{name}-mixed"))
     return cases
 
 
 def dtype_cases(algos):
-    return [pytest.param(a, id=a or "default") for a in algos]
+    """(algorithm, dtype names): every dtype, or two per forced algorithm in slim mode."""
+    return [pytest.param(a, list(DTYPE_NAMES) if a is None or LEVEL != "slim"
+                         else _two(k, DTYPE_NAMES), id=a or "default")
+            for k, a in enumerate(algos)]
 
 
 # --- reductions ---------------------------------------------------------------------
@@ -194,11 +166,11 @@ def test_reduce_scatter_v(comm, batch, algo, pairs):
 
 
 # --- gathers and all-to-all ---------------------------------------------------------
-@pytest.mark.parametrize("algo", dtype_cases((None,) + LEVELS))
-def test_all_gather(comm, batch, algo):
+@pytest.mark.parametrize("algo,names", dtype_cases((None,) + LEVELS))
+def test_all_gather(comm, batch, algo, names):
     n, me = comm.size, comm.rank
     items = []
-    for dn in DTYPE_NAMES:
+    for dn in names:
         dt = DTYPES[dn]
         t = table(seed_of("ag", dn, n), n, 2 * 3, dt)
         x = t[me].reshape(2, 3)
@@ -208,12 +180,12 @@ def test_all_gather(comm, batch, algo):
     run_items(comm, items, batch, algo, "all_gather")
 
 
-@pytest.mark.parametrize("algo", dtype_cases((None, "ring", "mesh")))
-def test_all_gather_v(comm, batch, algo):
+@pytest.mark.parametrize("algo,names", dtype_cases((None, "ring", "mesh")))
+def test_all_gather_v(comm, batch, algo, names):
     n, me = comm.size, comm.rank
     width = 3
     items = []
-    for dn in DTYPE_NAMES:
+    for dn in names:
         dt = DTYPES[dn]
         c = counts(seed_of("agv-counts", dn, n), n, 0, 3)
         t = table(seed_of("agv", dn, n), n, 3 * width, dt).reshape(n, 3, width)
@@ -226,12 +198,12 @@ def test_all_gather_v(comm, batch, algo):
     run_items(comm, items, batch, algo, "all_gather_v")
 
 
-@pytest.mark.parametrize("algo", dtype_cases((None, "direct")))
-def test_all_to_all(comm, batch, algo):
+@pytest.mark.parametrize("algo,names", dtype_cases((None, "direct")))
+def test_all_to_all(comm, batch, algo, names):
     n, me = comm.size, comm.rank
     b, width = 2, 2
     items = []
-    for dn in DTYPE_NAMES:
+    for dn in names:
         dt = DTYPES[dn]
         t = table(seed_of("a2a", dn, n), n, n * b * width, dt).reshape(n, n, b, width)
         x = t[me].reshape(n * b, width)
@@ -242,12 +214,12 @@ def test_all_to_all(comm, batch, algo):
     run_items(comm, items, batch, algo, "all_to_all")
 
 
-@pytest.mark.parametrize("algo", dtype_cases((None, "direct")))
-def test_all_to_all_v(comm, batch, algo):
+@pytest.mark.parametrize("algo,names", dtype_cases((None, "direct")))
+def test_all_to_all_v(comm, batch, algo, names):
     n, me = comm.size, comm.rank
     width = 3
     items = []
-    for dn in DTYPE_NAMES:
+    for dn in names:
         dt = DTYPES[dn]
         m = count_matrix(seed_of("a2av-counts", dn, n), n, 2)
         rmax = max(sum(row) for row in m)
@@ -278,12 +250,13 @@ def permute_pairs(kind, n):
 
 
 @pytest.mark.parametrize("kind", ["shift", "random", "partial", "self"])
-@pytest.mark.parametrize("algo", dtype_cases((None, "direct")))
-def test_permute(comm, batch, algo, kind):
+@pytest.mark.parametrize("algo,names", dtype_cases((None, "direct")))
+def test_permute(comm, batch, algo, names, kind):
     n, me = comm.size, comm.rank
     pairs = permute_pairs(kind, n)
     src_of = {d: s for s, d in pairs}
-    names = DTYPE_NAMES if FULL or kind == "random" else DTYPE_NAMES[::3]
+    if not FULL and kind != "random":
+        names = names[:1] if LEVEL == "slim" else names[::3]
     items = []
     for dn in names:
         dt = DTYPES[dn]
@@ -296,11 +269,11 @@ def test_permute(comm, batch, algo, kind):
     run_items(comm, items, batch, algo, "permute")
 
 
-@pytest.mark.parametrize("algo", dtype_cases((None, "ring", "direct")))
-def test_broadcast(comm, batch, algo):
+@pytest.mark.parametrize("algo,names", dtype_cases((None, "ring", "direct")))
+def test_broadcast(comm, batch, algo, names):
     n, me = comm.size, comm.rank
     items = []
-    for i, dn in enumerate(DTYPE_NAMES):
+    for i, dn in enumerate(names):
         dt = DTYPES[dn]
         root = (3 * i + 1) % n  # roots rotate over the dtypes
         t = table(seed_of("bc", dn, n), n, 4 * 3, dt).reshape(n, 4, 3)
@@ -330,7 +303,7 @@ def test_send_recv(comm, kind):
         dst, src = (me + 1) % n, (me - 1) % n
     else:
         dst = src = n - 1 - me
-    names = DTYPE_NAMES if FULL or kind == "shift" else DTYPE_NAMES[:3]
+    names = DTYPE_NAMES if FULL or kind == "shift" else DTYPE_NAMES[:2]
     errors = []
     for dn in names:
         dt = DTYPES[dn]

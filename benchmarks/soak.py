@@ -1,0 +1,385 @@
+"""Soak: many random collectives, every result checked, memory watched.
+
+    neuron-mpirun -n 64 python benchmarks/soak.py [--calls 3000] [--seed 1]
+        [--max-elems 256] [--warmup 200] [--timeout 120] [--json out.json]
+    mpiexec -n 4 python -m mpi4py benchmarks/soak.py --calls 100
+    mpiexec -n 8 python -m mpi4py benchmarks/soak.py --check-overhead 2000
+
+Every rank draws the same sequence from ``--seed``: per call an operation, dtype,
+element count, partition of the world into groups (the world, halves, quarters, ...
+down to pairs, as far as the topology accepts them), algorithm (the default or any
+other that applies to the group), reduce op and sync/async. Each group runs the call
+with its members' inputs; every member checks its result against a NumPy reference
+and that its input was not written.
+
+Inputs are small integers chosen so that every partial sum in any order is exact in
+the dtype (for sum/avg only a few ranks per element are non-zero when the group is
+large; integers wrap alike in any order), so every algorithm must give the
+reference's bits exactly.
+
+Reports (rank 0): calls, failures (wrong results, modified inputs, exceptions) summed
+over ranks, wall time, calls/s, resident memory per rank after the warm-up and at the
+end (/proc/self/statm: resident, and resident minus shared = anonymous) and the growth
+in between (also split at the half-way call, to tell a filling cache from a leak),
+max and mean over ranks, and peak RSS (getrusage ru_maxrss), max over
+ranks. Exit status 0 if nothing failed. No pickle:
+the metrics are gathered with neuron_mpi's own all_gather.
+
+``--check-overhead N`` instead times N all_reduces of 8 fp32 elements with the
+argument agreement on (NEURON_MPI_CHECK=1) and N with it off, in alternating blocks
+of 100 within one run, and reports the median per-call times (max over ranks of each
+block) and their ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+import ml_dtypes
+import numpy as np
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_gather_v",
+       "reduce_scatter_v", "all_to_all_v", "permute", "broadcast", "barrier")
+DTYPES = {
+    "fp32": np.dtype(np.float32), "bf16": np.dtype(ml_dtypes.bfloat16),
+    "fp16": np.dtype(np.float16), "fp8_e4m3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "fp64": np.dtype(np.float64), "int32": np.dtype(np.int32), "int8": np.dtype(np.int8),
+    "uint16": np.dtype(np.uint16),
+}
+# integers up to which a float dtype holds every value exactly
+EXACT = {"fp32": 2 ** 24, "bf16": 256, "fp16": 2048, "fp8_e4m3": 16, "fp64": 2 ** 53}
+SMALL_FLOATS = {"bf16", "fp16", "fp8_e4m3"}
+REDUCING = ("all_reduce", "reduce_scatter", "reduce_scatter_v")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--calls", type=int, default=1000, help="collective calls (default 1000)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--max-elems", type=int, default=256,
+                   help="largest element count per rank (per block for blocked ops)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="calls before the memory baseline (default: 10%% of --calls)")
+    p.add_argument("--timeout", type=float, default=120.0, help="deadline of each call (s)")
+    p.add_argument("--json", help="write the report (rank 0) to this file")
+    p.add_argument("--verbose", action="store_true", help="rank 0 prints progress")
+    p.add_argument("--check-overhead", type=int, metavar="N", default=0,
+                   help="time N small all_reduces with the agreement on and N off")
+    return p.parse_args(argv)
+
+
+def rss_bytes() -> tuple[int, int]:
+    """(resident, resident minus shared) in bytes, from /proc/self/statm. The second
+    (anonymous memory: heaps, arrays, caches) is what a leak grows; the first also
+    counts mapped library pages, which the kernel may drop and re-read at will."""
+    with open("/proc/self/statm") as f:
+        fields = f.read().split()
+    page = os.sysconf("SC_PAGE_SIZE")
+    return int(fields[1]) * page, (int(fields[1]) - int(fields[2])) * page
+
+
+def values(rng_seed: int, rank: int, count: int, g: int, dname: str, op: str) -> np.ndarray:
+    """int64 values of one member: every partial sum over the group stays exact."""
+    rng = np.random.default_rng([rng_seed, rank])
+    dt = DTYPES[dname]
+    if dt.kind in "iu":
+        lo = 0 if dt.kind == "u" else -50
+        return rng.integers(lo, 50, count)
+    bound = EXACT[dname]
+    if op in ("sum", "avg"):
+        m = max(1, min(bound // g, 20))
+        active_max = max(1, bound // m)  # members per element that may be non-zero
+        k = -(-g // active_max)
+        v = rng.integers(-m, m + 1, count)
+        return np.where((np.arange(count) + rank) % k == 0, v, 0)
+    return rng.integers(-min(bound, 100), min(bound, 100) + 1, count)
+
+
+def to_dtype(ints: np.ndarray, dname: str) -> np.ndarray:
+    dt = DTYPES[dname]
+    return ints.astype(dt) if dt.kind in "iu" else ints.astype(np.float64).astype(dt)
+
+
+def reduce_ref(rows: list[np.ndarray], op: str, dname: str) -> np.ndarray:
+    """Reduce the members' int64 rows exactly, round once to the dtype."""
+    dt = DTYPES[dname]
+    a = np.stack(rows) if rows else np.zeros((0, 0), np.int64)
+    acc = {"sum": a.sum(0), "avg": a.sum(0), "max": a.max(0), "min": a.min(0),
+           "prod": a.prod(0)}[op]
+    res = to_dtype(acc, dname)
+    if op != "avg":
+        return res
+    g = len(rows)
+    if dname in SMALL_FLOATS:
+        return (res.astype(np.float32) / np.float32(g)).astype(dt)
+    if dt.kind == "f":
+        return (res / dt.type(g)).astype(dt)
+    w = res.astype(np.int64)
+    return (np.sign(w) * (np.abs(w) // g)).astype(dt)
+
+
+def partitions(topo, n: int) -> list[list[list[int]]]:
+    """The world, halves, quarters ... pairs: the ones the topology accepts."""
+    from neuron_mpi import groups as G
+    from neuron_mpi.errors import TopologyError
+    out = []
+    size = n
+    while size >= 2:
+        if n % size == 0:
+            part = [list(range(s, s + size)) for s in range(0, n, size)]
+            try:
+                for g in part:
+                    G.check_group(topo, g, True)
+                out.append(part)
+            except TopologyError:
+                pass
+        size //= 2
+    return out or [[list(range(n))]]
+
+
+class Soak:
+    def __init__(self, world, args):
+        self.w = world
+        self.args = args
+        self.n = world.size
+        self.parts = partitions(world.topology, self.n)
+        self.comms = []  # per partition: this rank's communicator
+        for part in self.parts:
+            if len(part) == 1:
+                self.comms.append(world)
+            else:
+                self.comms.append(world.split(part, timeout=args.timeout))
+        from neuron_mpi.algorithms.select import _APPLIES
+        self.applies = _APPLIES
+        self.failures: list[str] = []
+        self.calls = 0
+
+    def draw(self, i: int) -> dict:
+        rng = np.random.default_rng([self.args.seed, i])
+        op = OPS[rng.integers(len(OPS))]
+        dname = list(DTYPES)[rng.integers(len(DTYPES))]
+        if op in REDUCING and dname == "fp8_e4m3" and rng.random() < 0.5:
+            dname = "bf16"
+        hi = self.args.max_elems
+        count = int(rng.integers(0, 4)) if rng.random() < 0.15 else \
+            int(np.exp(rng.uniform(0, np.log(hi + 1))))
+        pi = int(rng.integers(len(self.parts)))
+        choices = (None,) + tuple(self.applies.get(op, ()))
+        algo = choices[rng.integers(len(choices))]
+        redop = ("sum", "max", "min", "avg", "prod")[rng.integers(5)]
+        if redop == "prod" and dname in EXACT:  # floats: products round
+            redop = "sum"
+        return {"i": i, "op": op, "dtype": dname, "count": count, "part": pi,
+                "algorithm": algo, "redop": redop, "async": bool(rng.random() < 0.25),
+                "seed": int(rng.integers(1 << 31)),
+                "vcounts_seed": int(rng.integers(1 << 31)), "root_u": float(rng.random())}
+
+    def one(self, i: int) -> None:
+        d = self.draw(i)
+        comm = self.comms[d["part"]]
+        g, me = comm.size, comm.rank
+        op, dname, count, redop = d["op"], d["dtype"], d["count"], d["redop"]
+        dt = DTYPES[dname]
+        algo = d["algorithm"]
+        if algo is not None:
+            from neuron_mpi.errors import AlgorithmError
+            try:
+                comm.algorithm_for(op, algo)
+            except AlgorithmError:
+                algo = None  # the same decision on every member of the group
+        vr = np.random.default_rng([d["vcounts_seed"], g])
+        kw = {"timeout": self.args.timeout}
+        if op not in ("barrier",):
+            kw["algorithm"] = algo
+            kw["async_op"] = d["async"]
+        red = redop if op in REDUCING else "sum"
+
+        def member_ints(q, cnt):
+            return values(d["seed"], q, cnt, g, dname, red)
+
+        want = None
+        if op == "all_reduce":
+            rows = [member_ints(q, count) for q in range(g)]
+            x = to_dtype(rows[me], dname)
+            want = reduce_ref(rows, redop, dname)
+            call = lambda: comm.all_reduce(x, op=redop, **kw)  # noqa: E731
+        elif op in ("reduce_scatter", "reduce_scatter_v"):
+            counts = ([count] * g if op == "reduce_scatter"
+                      else [int(v) for v in vr.integers(0, count + 1, g)])
+            total = sum(counts)
+            rows = [member_ints(q, total) for q in range(g)]
+            x = to_dtype(rows[me], dname)
+            off = sum(counts[:me])
+            want = reduce_ref(rows, redop, dname)[off:off + counts[me]]
+            if op == "reduce_scatter":
+                call = lambda: comm.reduce_scatter(x, op=redop, **kw)  # noqa: E731
+            else:
+                call = lambda: comm.reduce_scatter_v(x, counts, op=redop, **kw)  # noqa: E731
+        elif op in ("all_gather", "all_gather_v"):
+            counts = ([count] * g if op == "all_gather"
+                      else [int(v) for v in vr.integers(0, count + 1, g)])
+            parts = [to_dtype(member_ints(q, counts[q]), dname) for q in range(g)]
+            x = parts[me]
+            want = np.concatenate(parts)
+            if op == "all_gather":
+                call = lambda: comm.all_gather(x, **kw)  # noqa: E731
+            else:
+                call = lambda: comm.all_gather_v(x, counts, **kw)  # noqa: E731
+        elif op in ("all_to_all", "all_to_all_v"):
+            if op == "all_to_all":
+                m = [[count] * g for _ in range(g)]
+            else:
+                m = [[int(v) for v in vr.integers(0, count + 1, g)] for _ in range(g)]
+            ins = [to_dtype(member_ints(q, sum(m[q])), dname) for q in range(g)]
+            x = ins[me]
+            want = np.concatenate([ins[q][sum(m[q][:me]):sum(m[q][:me + 1])]
+                                   for q in range(g)])
+            if op == "all_to_all":
+                call = lambda: comm.all_to_all(x, **kw)  # noqa: E731
+            else:
+                sc = m[me]
+                rc = [m[q][me] for q in range(g)]
+                call = lambda: comm.all_to_all_v(x, sc, rc, **kw)  # noqa: E731
+        elif op == "permute":
+            perm = [int(v) for v in vr.permutation(g)]
+            pairs = [(s, perm[s]) for s in range(g) if vr.random() < 0.8]
+            ins = [to_dtype(member_ints(q, count), dname) for q in range(g)]
+            x = ins[me]
+            src = [s for s, t in pairs if t == me]
+            want = ins[src[0]] if src else np.zeros(count, dt)
+            call = lambda: comm.permute(x, pairs, **kw)  # noqa: E731
+        elif op == "broadcast":
+            root = min(g - 1, int(d["root_u"] * g))
+            ins = [to_dtype(member_ints(q, count), dname) for q in range(g)]
+            x = ins[me]
+            want = ins[root]
+            call = lambda: comm.broadcast(x, root=root, **kw)  # noqa: E731
+        else:
+            x = np.zeros(0, np.uint8)
+            call = lambda: comm.barrier(**kw)  # noqa: E731
+        before = x.copy()
+        try:
+            res = call()
+            if d["async"] and op != "barrier":
+                res = res.wait()
+        except Exception as e:  # noqa: BLE001 - every error is a failure here
+            self.fail(d, f"raised {type(e).__name__}: {e}")
+            return
+        finally:
+            self.calls += 1
+        if x.tobytes() != before.tobytes():
+            self.fail(d, "the input changed")
+        if want is not None:
+            res = np.asarray(res)
+            if res.dtype != want.dtype or res.shape != want.shape or \
+                    res.tobytes() != want.tobytes():
+                self.fail(d, f"wrong result: got {res.dtype}{res.shape} "
+                             f"{res.ravel()[:4]}, want {want.dtype}{want.shape} "
+                             f"{want.ravel()[:4]}")
+
+    def fail(self, d, what):
+        self.failures.append(f"call {d['i']} rank {self.w.rank} {d}: {what}")
+        if len(self.failures) <= 5:
+            print(f"soak: FAIL {self.failures[-1]}", file=sys.stderr, flush=True)
+
+
+def check_overhead(world, calls: int, timeout: float) -> dict:
+    """Per-call time of an 8-element fp32 all_reduce, agreement on vs off."""
+    x = np.arange(8, dtype=np.float32)
+    block = 100
+    times = {"1": [], "0": []}
+    for _ in range(50):  # warm-up: plans, kernels
+        world.all_reduce(x, timeout=timeout)
+    for b in range(max(1, calls // block)):
+        for mode in ("1", "0") if b % 2 == 0 else ("0", "1"):
+            os.environ["NEURON_MPI_CHECK"] = mode
+            world.barrier(timeout=timeout)
+            t0 = time.perf_counter()
+            for _ in range(block):
+                world.all_reduce(x, timeout=timeout)
+            dt = (time.perf_counter() - t0) / block
+            os.environ["NEURON_MPI_CHECK"] = "1"
+            worst = world.all_reduce(np.array([dt]), op="max", timeout=timeout)
+            times[mode].append(float(worst[0]))
+    on, off = float(np.median(times["1"])), float(np.median(times["0"]))
+    return {"ranks": world.size, "calls_each": len(times["1"]) * block, "elements": 8,
+            "dtype": "fp32", "check_on_us": round(on * 1e6, 1),
+            "check_off_us": round(off * 1e6, 1), "ratio": round(on / off, 3)}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import neuron_mpi as nm
+
+    world = nm.init()
+    if args.check_overhead:
+        rep = check_overhead(world, args.check_overhead, args.timeout)
+        if world.rank == 0:
+            print("check-overhead: " + json.dumps(rep), flush=True)
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump(rep, f, indent=1)
+        return 0
+    warmup = args.warmup if args.warmup is not None else max(1, args.calls // 10)
+    warmup = min(warmup, args.calls)
+    soak = Soak(world, args)
+    world.barrier(timeout=args.timeout)
+    t0 = time.perf_counter()
+    rss0 = rss_bytes()
+    half = (warmup + args.calls) // 2
+    rssh = rss0
+    for i in range(args.calls):
+        if i == warmup:
+            world.barrier(timeout=args.timeout)
+            rss0 = rssh = rss_bytes()
+            t_warm = time.perf_counter()
+        if i == half:
+            rssh = rss_bytes()
+        soak.one(i)
+        if args.verbose and world.rank == 0 and (i + 1) % 500 == 0:
+            print(f"soak: {i + 1} calls, {time.perf_counter() - t0:.1f} s", flush=True)
+    world.barrier(timeout=args.timeout)
+    wall = time.perf_counter() - t0
+    if warmup >= args.calls:
+        t_warm = time.perf_counter()
+    wall_after = time.perf_counter() - t_warm
+    rss1 = rss_bytes()
+    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    mine = np.array([soak.calls, len(soak.failures), rss0[0], rss1[0], rss1[0] - rss0[0],
+                     maxrss, wall, rss0[1], rss1[1], rss1[1] - rss0[1],
+                     rssh[1] - rss0[1], rss1[1] - rssh[1]], np.float64)
+    table = world.all_gather(mine.reshape(1, -1), timeout=args.timeout)
+    report = {
+        "ranks": world.size, "seed": args.seed, "calls_per_rank": args.calls,
+        "calls": int(table[:, 0].sum()), "failures": int(table[:, 1].sum()),
+        "warmup_calls": warmup, "wall_s": round(float(table[:, 6].max()), 3),
+        "calls_per_s_per_rank": round(args.calls / max(float(table[:, 6].max()), 1e-9), 1),
+        "wall_after_warmup_s": round(wall_after, 3),
+        "rss_after_warmup_mib_max": round(float(table[:, 2].max()) / 2 ** 20, 2),
+        "rss_end_mib_max": round(float(table[:, 3].max()) / 2 ** 20, 2),
+        "rss_growth_mib_max": round(float(table[:, 4].max()) / 2 ** 20, 3),
+        "rss_growth_mib_mean": round(float(table[:, 4].mean()) / 2 ** 20, 3),
+        "anon_after_warmup_mib_max": round(float(table[:, 7].max()) / 2 ** 20, 2),
+        "anon_end_mib_max": round(float(table[:, 8].max()) / 2 ** 20, 2),
+        "anon_growth_mib_max": round(float(table[:, 9].max()) / 2 ** 20, 3),
+        "anon_growth_mib_mean": round(float(table[:, 9].mean()) / 2 ** 20, 3),
+        "anon_growth_first_half_mib_max": round(float(table[:, 10].max()) / 2 ** 20, 3),
+        "anon_growth_second_half_mib_max": round(float(table[:, 11].max()) / 2 ** 20, 3),
+        "maxrss_mib_max": round(float(table[:, 5].max()) / 2 ** 20, 2),
+        "partitions": [len(p) for p in soak.parts],
+        "max_elems": args.max_elems,
+    }
+    if world.rank == 0:
+        print("soak: " + json.dumps(report), flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=1)
+    return 0 if report["failures"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

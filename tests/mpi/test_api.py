@@ -1,0 +1,221 @@
+"""The calling conventions: async handles (several in flight), out= and in place,
+non-contiguous and multi-dimensional arrays, the algorithm shown and forced by
+NEURON_MPI_ALGO."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mpi_helpers import DTYPES, assert_same, int_table, reduce_ref, seed_of, table, to_dtype
+
+pytestmark = pytest.mark.mpi
+F32, I32, BF16 = DTYPES["fp32"], DTYPES["int32"], DTYPES["bf16"]
+
+
+def _sum_input(comm, tag, count, dt=F32):
+    n, me = comm.size, comm.rank
+    ints = int_table(seed_of(tag, n), n, count, dt, "sum")
+    return to_dtype(ints[me], dt), reduce_ref(ints, "sum", dt)
+
+
+# --- async ------------------------------------------------------------------------------
+def test_several_async_in_flight(comm):
+    n, me = comm.size, comm.rank
+    ar_x, ar_want = _sum_input(comm, "async-ar", 2 * n + 3)
+    rs_ints = int_table(seed_of("async-rs", n), n, 2 * n, BF16, "max")
+    rs_x = to_dtype(rs_ints[me], BF16)
+    rs_want = reduce_ref(rs_ints, "max", BF16)[2 * me:2 * me + 2]
+    ag_t = table(seed_of("async-ag", n), n, 3, I32)
+    a2a_t = table(seed_of("async-a2a", n), n, n * 2, F32).reshape(n, n, 2)
+    bc_t = table(seed_of("async-bc", n), n, 5, DTYPES["int64"])
+    root = n - 1
+    handles = [
+        comm.all_reduce(ar_x, async_op=True),
+        comm.reduce_scatter(rs_x, op="max", async_op=True),
+        comm.all_gather(ag_t[me], async_op=True),
+        comm.all_to_all(a2a_t[me].reshape(-1), async_op=True),
+        comm.broadcast(bc_t[me], root=root, async_op=True),
+    ]
+    wants = [ar_want, rs_want, ag_t.reshape(-1), a2a_t[:, me].reshape(-1), bc_t[root]]
+    # progress them all by test() until every one is done
+    spins = 0
+    while not all(h.test() for h in handles):
+        spins += 1
+        assert spins < 10_000_000
+    # then wait in reverse order; wait() returns the same result twice
+    results = [h.wait() for h in reversed(handles)][::-1]
+    for i, (h, got, want) in enumerate(zip(handles, results, wants)):
+        assert_same(got, want, f"handle {i}")
+        assert h.wait() is got
+        assert h.test() and h.is_completed()
+
+
+def test_async_wait_without_test(comm):
+    x, want = _sum_input(comm, "async-wait", 7)
+    hs = [comm.all_reduce(x, async_op=True) for _ in range(3)]
+    for h in hs:
+        assert_same(h.wait(), want, "all_reduce")
+
+
+def test_async_with_sync_call_in_between(comm):
+    n, me = comm.size, comm.rank
+    x, want = _sum_input(comm, "async-mixed", 11)
+    h = comm.all_reduce(x, async_op=True)
+    t = table(seed_of("async-mixed-ag", n), n, 2, I32)
+    assert_same(comm.all_gather(t[me]), t.reshape(-1), "sync all_gather")
+    assert_same(h.wait(), want, "async all_reduce")
+
+
+# --- out= and in place -------------------------------------------------------------------
+def test_out_is_returned(comm):
+    n, me = comm.size, comm.rank
+    x, want = _sum_input(comm, "out-ar", 9)
+    out = np.empty_like(x)
+    assert comm.all_reduce(x, out=out) is out
+    assert_same(out, want, "all_reduce out=")
+    t = table(seed_of("out-ag", n), n, 6, F32).reshape(n, 2, 3)
+    out = np.empty((2 * n, 3), F32)
+    assert comm.all_gather(t[me], out=out) is out
+    assert_same(out, t.reshape(2 * n, 3), "all_gather out=")
+    ints = int_table(seed_of("out-rs", n), n, n * 4, I32, "sum")
+    out = np.empty((2, 2), I32)
+    assert comm.reduce_scatter(to_dtype(ints[me], I32).reshape(2 * n, 2), out=out) is out
+    assert_same(out, reduce_ref(ints, "sum", I32).reshape(2 * n, 2)[2 * me:2 * me + 2],
+                "reduce_scatter out=")
+
+
+def test_in_place(comm):
+    n, me = comm.size, comm.rank
+    x, want = _sum_input(comm, "inplace-ar", 3 * n + 1)
+    assert comm.all_reduce(x, out=x) is x
+    assert_same(x, want, "all_reduce in place")
+    # avg in place, bf16
+    ints = int_table(seed_of("inplace-avg", n), n, 10, BF16, "avg")
+    y = to_dtype(ints[me], BF16)
+    assert comm.all_reduce(y, op="avg", out=y) is y
+    assert_same(y, reduce_ref(ints, "avg", BF16), "all_reduce avg in place")
+    # all_to_all in place
+    t = table(seed_of("inplace-a2a", n), n, n * 3, I32).reshape(n, n, 3)
+    z = t[me].copy()
+    assert comm.all_to_all(z, out=z) is z
+    assert_same(z, t[:, me], "all_to_all in place")
+    # permute in place (shift)
+    p = table(seed_of("inplace-perm", n), n, 4, F32)
+    w = p[me].copy()
+    comm.permute(w, [(i, (i + 1) % n) for i in range(n)], out=w)
+    assert_same(w, p[(me - 1) % n], "permute in place")
+    # broadcast in place: every rank's buffer becomes the root's
+    b = table(seed_of("inplace-bc", n), n, 6, DTYPES["fp16"])
+    v = b[me].copy()
+    assert comm.broadcast(v, root=n // 2, out=v) is v
+    assert_same(v, b[n // 2], "broadcast in place")
+
+
+def test_non_contiguous_inputs(comm):
+    n, me = comm.size, comm.rank
+    ints = int_table(seed_of("nc-ar", n), n, 2 * (2 * n + 3), F32, "sum")
+    base = to_dtype(ints[me], F32)
+    x = base[::2]
+    assert not x.flags.c_contiguous
+    assert_same(comm.all_reduce(x), reduce_ref(ints[:, ::2], "sum", F32), "all_reduce x[::2]")
+    t = table(seed_of("nc-ag", n), n, 8, I32)
+    assert_same(comm.all_gather(t[me][::2]), t[:, ::2].reshape(-1), "all_gather x[::2]")
+    # a transposed (Fortran-ordered) 2-D array
+    m = table(seed_of("nc-rs", n), n, 2 * n * 3, F32, "sum").reshape(n, 3, 2 * n)
+    ints_m = int_table(seed_of("nc-rs", n), n, 2 * n * 3, F32, "sum").reshape(n, 3, 2 * n)
+    xt = m[me].T  # shape (2n, 3), not C-contiguous
+    assert not xt.flags.c_contiguous
+    want = reduce_ref(ints_m.transpose(0, 2, 1).reshape(n, -1), "sum", F32).reshape(2 * n, 3)
+    assert_same(comm.reduce_scatter(xt), want[2 * me:2 * me + 2], "reduce_scatter x.T")
+    a = table(seed_of("nc-a2a", n), n, 2 * n * 2, F32).reshape(n, 2 * n, 2)
+    assert_same(comm.all_to_all(a[me][:, ::-1]), _a2a_want(a[:, :, ::-1], me, n),
+                "all_to_all x[:, ::-1]")
+
+
+def _a2a_want(rows, me, n):
+    """rows: (n, n*b, w) the inputs of all ranks; block ``me`` of each, in rank order."""
+    b = rows.shape[1] // n
+    return np.concatenate([rows[i, me * b:(me + 1) * b] for i in range(n)])
+
+
+def test_non_contiguous_out(comm):
+    n, me = comm.size, comm.rank
+    x, want = _sum_input(comm, "nc-out", 6)
+    parent = np.full(12, -7.0, F32)
+    out = parent[::2]
+    assert comm.all_reduce(x, out=out) is out
+    assert_same(out, want, "all_reduce into out[::2]")
+    assert_same(parent[1::2], np.full(6, -7.0, F32), "untouched elements of out's base")
+    # all_gather into a column of a 2-D buffer
+    t = table(seed_of("nc-out-ag", n), n, 1, I32)
+    grid = np.zeros((n, 2), I32)
+    comm.all_gather(t[me], out=grid[:, 1])
+    assert_same(grid[:, 1], t.reshape(-1), "all_gather into a column")
+    assert_same(grid[:, 0], np.zeros(n, I32), "the other column")
+
+
+def test_multi_dimensional(comm):
+    n, me = comm.size, comm.rank
+    shape = (2 * n, 3, 2)
+    count = int(np.prod(shape))
+    ints = int_table(seed_of("md", n), n, count, F32, "sum")
+    x = to_dtype(ints[me], F32).reshape(shape)
+    full = reduce_ref(ints, "sum", F32).reshape(shape)
+    got = comm.all_reduce(x)
+    assert got.shape == shape
+    assert_same(got, full, "all_reduce 3-D")
+    assert_same(comm.reduce_scatter(x), full[2 * me:2 * me + 2], "reduce_scatter 3-D")
+    t = table(seed_of("md-ag", n), n, 12, DTYPES["uint8"]).reshape(n, 2, 3, 2)
+    assert_same(comm.all_gather(t[me]), t.reshape(2 * n, 3, 2), "all_gather 3-D")
+    a = table(seed_of("md-a2a", n), n, count, DTYPES["fp64"]).reshape((n,) + shape)
+    assert_same(comm.all_to_all(a[me]), _a2a_want(a, me, n), "all_to_all 3-D")
+    c = [(r % 3) for r in range(n)]
+    v = table(seed_of("md-agv", n), n, 2 * 3 * 2, I32).reshape(n, 2, 3, 2)
+    assert_same(comm.all_gather_v(v[me, :c[me]], c),
+                np.concatenate([v[r, :c[r]] for r in range(n)]), "all_gather_v 3-D")
+    rows = sum(c)
+    if rows:
+        ints_v = int_table(seed_of("md-rsv", n), n, rows * 4, I32, "sum")
+        xv = to_dtype(ints_v[me], I32).reshape(rows, 2, 2)
+        off = sum(c[:me])
+        assert_same(comm.reduce_scatter_v(xv, c),
+                    reduce_ref(ints_v, "sum", I32).reshape(rows, 2, 2)[off:off + c[me]],
+                    "reduce_scatter_v 3-D")
+    p = table(seed_of("md-bc", n), n, 12, F32).reshape(n, 2, 2, 3)
+    assert_same(comm.broadcast(p[me], root=0), p[0], "broadcast 3-D")
+
+
+def test_empty_buffers(comm):
+    n, me = comm.size, comm.rank
+    e = np.empty(0, F32)
+    assert comm.all_reduce(e).shape == (0,)
+    assert comm.all_gather(np.empty((0, 3), F32)).shape == (0, 3)
+    assert comm.broadcast(e, root=0).shape == (0,)
+
+
+# --- the algorithm shown and forced ------------------------------------------------------------
+def test_algorithm_for_defaults(comm):
+    topo = comm.topology
+    if topo.nodes > 1:
+        for op in ("all_reduce", "all_gather", "reduce_scatter"):
+            assert comm.algorithm_for(op) == "hierarchical"
+    for op in ("all_to_all", "all_to_all_v", "permute", "barrier"):
+        assert comm.algorithm_for(op) == "direct"
+    assert comm.algorithm_for("broadcast") == "ring"
+    assert comm.algorithm_for("all_gather_v") == "ring"
+    assert comm.algorithm_for("reduce_scatter_v") == "ring"
+    assert comm.algorithm_for("all_reduce", "mesh") == "mesh"
+
+
+def test_algorithm_forced_by_environment(comm, monkeypatch):
+    monkeypatch.setenv("NEURON_MPI_ALGO", "mesh")
+    assert comm.algorithm_for("all_reduce") == "mesh"
+    # a preference that does not apply falls back quietly to the default
+    assert comm.algorithm_for("all_to_all") == "direct"
+    # the argument wins over the environment
+    assert comm.algorithm_for("all_reduce", "ring") == "ring"
+    x, want = _sum_input(comm, "env-algo", 13, DTYPES["fp16"])
+    assert_same(comm.all_reduce(x), want, "all_reduce under NEURON_MPI_ALGO=mesh")
+    n, me = comm.size, comm.rank
+    t = table(seed_of("env-a2a", n), n, n, I32)
+    assert_same(comm.all_to_all(t[me]), t[:, me], "all_to_all under NEURON_MPI_ALGO=mesh")

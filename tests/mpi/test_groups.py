@@ -1,0 +1,209 @@
+"""Replica groups: TP x DP communicators from comm.split (TP: consecutive blocks,
+DP: one rank of each block), collectives on both, called by every rank, sync and
+async in flight together; nested splits; ranks left out of a split."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import neuron_mpi as nm
+from mpi_helpers import (DTYPES, LEVELS, applies, assert_same, int_table, reduce_ref,
+                         seed_of, table, to_dtype)
+
+pytestmark = pytest.mark.mpi
+
+# world -> TP size (DP = world / TP): layouts the hardware accepts (strict)
+TP_SIZES = {
+    ("trn2.48xlarge", 1, 64): 8,   # TP: 2 chips of 4; DP: 8 ranks, one per chip pair
+    ("trn2.48xlarge", 1, 8): 4,
+    ("trn2.48xlarge", 1, 2): 1,
+    ("trn2.48xlarge", 1, 1): 1,
+    ("trn1.32xlarge", 2, 64): 32,  # TP: a node; DP: the same core on both nodes
+    ("trn1.32xlarge", 1, 32): 16,
+}
+
+
+def tp_size(comm):
+    topo = comm.topology
+    t = TP_SIZES.get((topo.instance, topo.nodes, comm.size))
+    if t is None and not comm.strict and comm.size > 1:
+        t = 2  # non-strict: uneven groups are fine ([[0, 1], [2]] on 3 ranks)
+    return t
+
+
+def tp_dp_groups(n, t):
+    tp = [list(range(s, min(s + t, n))) for s in range(0, n, t)]
+    dp = [list(range(j, n, t)) for j in range(t)]
+    return tp, dp
+
+
+@pytest.fixture(scope="module")
+def tpdp(comm):
+    t = tp_size(comm)
+    if t is None:
+        pytest.skip(f"no TP x DP layout listed for {comm.size} ranks of "
+                    f"{comm.topology.instance}")
+    tp_groups, dp_groups = tp_dp_groups(comm.size, t)
+    tp = comm.split(tp_groups)
+    dp = comm.split(dp_groups)
+    return tp, dp, tp_groups, dp_groups
+
+
+def _my_group(groups, me):
+    return next(g for g in groups if me in g)
+
+
+def test_split_members(comm, tpdp):
+    tp, dp, tp_groups, dp_groups = tpdp
+    me = comm.rank
+    for sub, groups in ((tp, tp_groups), (dp, dp_groups)):
+        g = _my_group(groups, me)
+        assert sub.size == len(g)
+        assert sub.rank == g.index(me)
+        assert tuple(sub.ranks) == tuple(g)
+        assert sub.world_rank == me
+
+
+@pytest.mark.parametrize("op,dn", [("sum", "fp32"), ("max", "bf16"), ("avg", "int32"),
+                                   ("prod", "fp8_e4m3"), ("min", "uint8"), ("sum", "fp16")])
+def test_all_reduce_tp_then_dp(comm, tpdp, op, dn):
+    """Every rank: TP all_reduce, then DP all_reduce (all ranks call both)."""
+    tp, dp, tp_groups, dp_groups = tpdp
+    n, me = comm.size, comm.rank
+    dt = DTYPES[dn]
+    ints = int_table(seed_of("tpdp", op, dn, n), n, 2 * n + 1, dt, op)
+    x = to_dtype(ints[me], dt)
+    got_tp = tp.all_reduce(x, op=op)
+    got_dp = dp.all_reduce(x, op=op)
+    assert_same(got_tp, reduce_ref(ints[_my_group(tp_groups, me)], op, dt), "TP all_reduce")
+    assert_same(got_dp, reduce_ref(ints[_my_group(dp_groups, me)], op, dt), "DP all_reduce")
+    if op == "sum" and n % len(tp_groups[0]) == 0:  # a full grid: TP then DP sums the world
+        twice = dp.all_reduce(got_tp)
+        assert_same(twice, reduce_ref(ints, "sum", dt), "TP then DP == world")
+
+
+def test_tp_and_dp_in_flight_together(comm, tpdp):
+    tp, dp, tp_groups, dp_groups = tpdp
+    n, me = comm.size, comm.rank
+    g_tp, g_dp = _my_group(tp_groups, me), _my_group(dp_groups, me)
+    t = table(seed_of("tpdp-ag", n), n, 3, DTYPES["int64"])
+    ints = int_table(seed_of("tpdp-rs", n), n, len(g_dp) * 2, DTYPES["fp32"], "sum")
+    x_rs = to_dtype(ints[me], DTYPES["fp32"])
+    ints_ar = int_table(seed_of("tpdp-ar", n), n, 5, DTYPES["bf16"], "sum")
+    x_ar = to_dtype(ints_ar[me], DTYPES["bf16"])
+    h1 = tp.all_gather(t[me], async_op=True)
+    h2 = dp.reduce_scatter(x_rs, async_op=True)
+    h3 = tp.all_reduce(x_ar, async_op=True)
+    h4 = dp.all_reduce(x_ar, async_op=True)
+    want_rs = reduce_ref(ints[g_dp], "sum", DTYPES["fp32"])[2 * dp.rank:2 * dp.rank + 2]
+    assert_same(h4.wait(), reduce_ref(ints_ar[g_dp], "sum", DTYPES["bf16"]), "DP all_reduce")
+    assert_same(h2.wait(), want_rs, "DP reduce_scatter")
+    assert_same(h1.wait(), t[g_tp].reshape(-1), "TP all_gather")
+    assert_same(h3.wait(), reduce_ref(ints_ar[g_tp], "sum", DTYPES["bf16"]), "TP all_reduce")
+
+
+@pytest.mark.parametrize("which", ["tp", "dp"])
+@pytest.mark.parametrize("algo", list(LEVELS))
+def test_forced_algorithms_on_groups(comm, tpdp, which, algo):
+    tp, dp, tp_groups, dp_groups = tpdp
+    sub, groups = (tp, tp_groups) if which == "tp" else (dp, dp_groups)
+    n, me = comm.size, comm.rank
+    g = _my_group(groups, me)
+    dt = DTYPES["fp32"]
+    ints = int_table(seed_of("grp-forced", which, algo, n), n, len(g) * 3, dt, "sum")
+    x = to_dtype(ints[me], dt)
+    if not applies(sub, "all_reduce", algo):
+        with pytest.raises(nm.AlgorithmError):
+            sub.all_reduce(x, algorithm=algo)
+        return
+    assert_same(sub.all_reduce(x, algorithm=algo), reduce_ref(ints[g], "sum", dt),
+                f"{which} all_reduce {algo}")
+    assert_same(sub.reduce_scatter(x, algorithm=algo),
+                reduce_ref(ints[g], "sum", dt)[3 * sub.rank:3 * sub.rank + 3],
+                f"{which} reduce_scatter {algo}")
+    t = table(seed_of("grp-forced-ag", which, algo, n), n, 2, DTYPES["int32"])
+    assert_same(sub.all_gather(t[me], algorithm=algo), t[g].reshape(-1),
+                f"{which} all_gather {algo}")
+
+
+@pytest.mark.parametrize("which", ["tp", "dp"])
+def test_other_collectives_on_groups(comm, tpdp, which):
+    tp, dp, tp_groups, dp_groups = tpdp
+    sub, groups = (tp, tp_groups) if which == "tp" else (dp, dp_groups)
+    n, me = comm.size, comm.rank
+    g = _my_group(groups, me)
+    k, r = len(g), sub.rank
+    # broadcast from the group's last member
+    t = table(seed_of("grp-bc", which, n), n, 4, DTYPES["fp16"])
+    assert_same(sub.broadcast(t[me], root=k - 1), t[g[k - 1]], "broadcast")
+    # all_to_all
+    a = table(seed_of("grp-a2a", which, n), n, k * 2, DTYPES["int32"]).reshape(n, k, 2)
+    assert_same(sub.all_to_all(a[me]), a[g][:, r], "all_to_all")
+    # permute: shift within the group
+    p = table(seed_of("grp-perm", which, n), n, 3, DTYPES["fp64"])
+    got = sub.permute(p[me], [(i, (i + 1) % k) for i in range(k)])
+    assert_same(got, p[g[(r - 1) % k]], "permute")
+    # v forms
+    c = [(i % 3) + (1 if i == 0 else 0) for i in range(k)]
+    v = table(seed_of("grp-agv", which, n), n, 3 * 2, DTYPES["uint8"]).reshape(n, 3, 2)
+    assert_same(sub.all_gather_v(v[me, :c[r]], c),
+                np.concatenate([v[g[i], :c[i]] for i in range(k)]), "all_gather_v")
+    ints = int_table(seed_of("grp-rsv", which, n), n, sum(c) * 2, DTYPES["int64"], "sum")
+    xv = to_dtype(ints[me], DTYPES["int64"]).reshape(sum(c), 2)
+    off = sum(c[:r])
+    assert_same(sub.reduce_scatter_v(xv, c),
+                reduce_ref(ints[g], "sum", DTYPES["int64"]).reshape(sum(c), 2)[off:off + c[r]],
+                "reduce_scatter_v")
+    # send/recv around the group
+    s = table(seed_of("grp-p2p", which, n), n, 5, DTYPES["bf16"])
+    sub.send(s[me], (r + 1) % k)
+    got = sub.recv(np.empty(5, DTYPES["bf16"]), (r - 1) % k)
+    assert_same(got, s[g[(r - 1) % k]], "recv")
+    sub.barrier()
+
+
+def test_nested_split(comm, tpdp):
+    _, dp, _, dp_groups = tpdp
+    k = dp.size
+    if k < 4 or k % 2:
+        pytest.skip("DP group too small to halve")
+    n, me = comm.size, comm.rank
+    halves = [list(range(k // 2)), list(range(k // 2, k))]
+    half = dp.split(halves)
+    g_dp = _my_group(dp_groups, me)
+    mine = [g_dp[i] for i in _my_group(halves, dp.rank)]
+    assert tuple(half.ranks) == tuple(mine)
+    ints = int_table(seed_of("nested", n), n, 7, DTYPES["int32"], "sum")
+    assert_same(half.all_reduce(to_dtype(ints[me], DTYPES["int32"])),
+                reduce_ref(ints[mine], "sum", DTYPES["int32"]), "nested all_reduce")
+
+
+def test_split_leaving_ranks_out(comm):
+    """Only the first TP block (or the first half) is in a group: the others get
+    None and keep serving traffic while they wait in a world barrier."""
+    n, me = comm.size, comm.rank
+    t = tp_size(comm) or 1
+    k = t if t < n else max(1, n // 2)
+    sub = comm.split([list(range(k))])
+    if me < k:
+        assert sub is not None and sub.size == k
+        ints = int_table(seed_of("leftout", n), n, 9, DTYPES["fp32"], "sum")
+        assert_same(sub.all_reduce(to_dtype(ints[me], DTYPES["fp32"])),
+                    reduce_ref(ints[:k], "sum", DTYPES["fp32"]), "all_reduce")
+    else:
+        assert sub is None
+    comm.barrier()
+
+
+def test_refused_layout_on_inf2(comm):
+    if comm.topology.instance != "inf2.48xlarge" or comm.size != 24 or not comm.strict:
+        pytest.skip("inf2.48xlarge, 24 ranks, strict only")
+    # DP across the two halves: ranks not on consecutive devices
+    with pytest.raises(nm.UnsupportedGroupError, match="consecutive"):
+        comm.split([[r, r + 12] for r in range(12)])
+    # TP blocks of 4 ranks (2 devices each) are fine
+    tp = comm.split([list(range(s, s + 4)) for s in range(0, 24, 4)])
+    ints = int_table(seed_of("inf2-tp", 24), 24, 5, DTYPES["fp32"], "sum")
+    g = list(range(comm.rank // 4 * 4, comm.rank // 4 * 4 + 4))
+    assert_same(tp.all_reduce(to_dtype(ints[comm.rank], DTYPES["fp32"])),
+                reduce_ref(ints[g], "sum", DTYPES["fp32"]), "inf2 TP all_reduce")

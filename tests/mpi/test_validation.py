@@ -1,0 +1,235 @@
+"""Bad calls fail on every rank with a clear InvalidArgumentError (naming the
+argument) before any data moves, and leave the input unchanged; ranks that
+disagree get CollectiveMismatchError; a forced algorithm that does not apply
+raises AlgorithmError."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import neuron_mpi as nm
+from mpi_helpers import ALGORITHMS, APPLIES, DTYPES, assert_same, table
+
+pytestmark = pytest.mark.mpi
+
+def _readonly(a):
+    a = a.copy()
+    a.flags.writeable = False
+    return a
+
+
+def bad_calls(comm):
+    """name -> (call, inputs that must stay unchanged, regex the message matches)."""
+    n, me = comm.size, comm.rank
+    f32 = DTYPES["fp32"]
+    x = table(11, n, 2 * n * 3, f32)[me].reshape(2 * n, 3)  # divides into n blocks
+    v = x[:2].copy()
+    counts = [2] * n
+    c = {}
+    c["all_reduce-op-unknown"] = (lambda: comm.all_reduce(x, op="mean"), [x], "op")
+    c["all_reduce-op-none"] = (lambda: comm.all_reduce(x, op=None), [x], "op")
+    c["all_reduce-out-shape"] = (lambda: comm.all_reduce(x, out=np.empty((2 * n, 4), f32)),
+                                 [x], "out")
+    c["all_reduce-out-dtype"] = (lambda: comm.all_reduce(x, out=np.empty(x.shape, np.float64)),
+                                 [x], "out")
+    c["all_reduce-out-readonly"] = (lambda: comm.all_reduce(x, out=_readonly(x)), [x], "out")
+    c["all_reduce-out-list"] = (lambda: comm.all_reduce(x, out=[0.0] * x.size), [x], "out")
+    c["all_reduce-x-list"] = (lambda: comm.all_reduce([1.0, 2.0]), [], "x")
+    cx = np.ones(4, np.complex64)
+    c["all_reduce-complex64"] = (lambda: comm.all_reduce(cx), [cx], "x: unsupported dtype")
+    bx = np.ones(4, np.bool_)
+    c["all_gather-bool"] = (lambda: comm.all_gather(bx), [bx], "x: unsupported dtype")
+    c["all_reduce-timeout"] = (lambda: comm.all_reduce(x, timeout="soon"), [x], "timeout")
+    c["all_gather-0d"] = (lambda: comm.all_gather(np.float32(1.0) * np.ones((), f32)), [], "x")
+    c["all_gather-out-shape"] = (lambda: comm.all_gather(v, out=np.empty((2 * n + 1, 3), f32)),
+                                 [v], "out")
+    c["all_gather-out-readonly"] = (
+        lambda: comm.all_gather(v, out=_readonly(np.empty((2 * n, 3), f32))), [v], "out")
+    c["reduce_scatter-op"] = (lambda: comm.reduce_scatter(x, op="add"), [x], "op")
+    c["reduce_scatter-out-dtype"] = (
+        lambda: comm.reduce_scatter(x, out=np.empty((2, 3), np.int32)), [x], "out")
+    c["all_gather_v-counts-length"] = (lambda: comm.all_gather_v(v, counts + [2]), [v],
+                                       "counts")
+    c["all_gather_v-counts-mine"] = (
+        lambda: comm.all_gather_v(v, [3] * n), [v], "counts")
+    c["all_gather_v-counts-negative"] = (
+        lambda: comm.all_gather_v(v, [2] * (n - 1) + [-1] if n > 1 else [-1]), [v], "counts")
+    c["all_gather_v-counts-float"] = (lambda: comm.all_gather_v(v, [2.0] * n), [v], "counts")
+    c["reduce_scatter_v-counts-length"] = (
+        lambda: comm.reduce_scatter_v(v, [2] + [0] * n), [v], "counts")
+    c["reduce_scatter_v-counts-sum"] = (
+        lambda: comm.reduce_scatter_v(v, [3] + [0] * (n - 1)), [v], "counts")
+    c["all_to_all_v-send-length"] = (
+        lambda: comm.all_to_all_v(x, [2] * (n + 1), [2] * n), [x], "send_counts")
+    c["all_to_all_v-recv-length"] = (
+        lambda: comm.all_to_all_v(x, [2] * n, [2] * (n - 1)), [x], "recv_counts")
+    c["all_to_all_v-send-sum"] = (
+        lambda: comm.all_to_all_v(x, [1] * n, [1] * n), [x], "send_counts")
+    c["all_to_all_v-self-mismatch"] = (
+        lambda: comm.all_to_all_v(x, [2] * n, [2 if r != me else 1 for r in range(n)]), [x],
+        "recv_counts")
+    dup = [(0, 0), (0, 0)] if n == 1 else [(0, 1), (1, 1)]
+    c["permute-pairs-duplicate"] = (lambda: comm.permute(v, dup), [v], "pairs")
+    c["permute-pairs-range"] = (lambda: comm.permute(v, [(0, n)]), [v], "pairs")
+    c["permute-pairs-shape"] = (lambda: comm.permute(v, [(0,)]), [v], "pairs")
+    c["permute-pairs-none"] = (lambda: comm.permute(v, None), [v], "pairs")
+    c["permute-out-readonly"] = (lambda: comm.permute(v, [(0, 0)], out=_readonly(v)), [v],
+                                 "out")
+    c["broadcast-root-high"] = (lambda: comm.broadcast(v, root=n), [v], "root")
+    c["broadcast-root-negative"] = (lambda: comm.broadcast(v, root=-1), [v], "root")
+    c["broadcast-root-str"] = (lambda: comm.broadcast(v, root="0"), [v], "root")
+    c["broadcast-out-readonly"] = (lambda: comm.broadcast(v, out=_readonly(v)), [v], "out")
+    c["send-dst"] = (lambda: comm.send(v, n), [v], "dst")
+    c["recv-src"] = (lambda: comm.recv(v.copy(), -1), [v], "src")
+    c["recv-out-readonly"] = (lambda: comm.recv(_readonly(v), 0), [v], "out")
+    c["split-rank-twice"] = (lambda: comm.split([[0], [0]]), [], "replica_groups")
+    c["split-rank-range"] = (lambda: comm.split([[n]]), [], "replica_groups")
+    if n > 1:  # every row count divides into 1 block
+        odd = np.ones((n + 1, 2), f32)
+        c["reduce_scatter-not-divisible"] = (lambda: comm.reduce_scatter(odd), [odd],
+                                             "reduce_scatter_v")
+        c["all_to_all-not-divisible"] = (lambda: comm.all_to_all(odd), [odd], "all_to_all_v")
+    return c
+
+
+# the names, collected without a communicator (same list on every rank)
+_NAMES = ["all_reduce-op-unknown", "all_reduce-op-none", "all_reduce-out-shape",
+          "all_reduce-out-dtype", "all_reduce-out-readonly", "all_reduce-out-list",
+          "all_reduce-x-list", "all_reduce-complex64", "all_gather-bool", "all_reduce-timeout",
+          "all_gather-0d", "all_gather-out-shape", "all_gather-out-readonly",
+          "reduce_scatter-op", "reduce_scatter-out-dtype", "all_gather_v-counts-length",
+          "all_gather_v-counts-mine", "all_gather_v-counts-negative",
+          "all_gather_v-counts-float", "reduce_scatter_v-counts-length",
+          "reduce_scatter_v-counts-sum", "all_to_all_v-send-length",
+          "all_to_all_v-recv-length", "all_to_all_v-send-sum", "all_to_all_v-self-mismatch",
+          "permute-pairs-duplicate", "permute-pairs-range", "permute-pairs-shape",
+          "permute-pairs-none", "permute-out-readonly", "broadcast-root-high",
+          "broadcast-root-negative", "broadcast-root-str", "broadcast-out-readonly",
+          "send-dst", "recv-src", "recv-out-readonly", "split-rank-twice", "split-rank-range",
+          "reduce_scatter-not-divisible", "all_to_all-not-divisible"]
+
+
+@pytest.mark.parametrize("name", _NAMES)
+def test_bad_argument_raises_before_data_moves(comm, name):
+    calls = bad_calls(comm)
+    if name not in calls:
+        pytest.skip(f"{name} is not an error on {comm.size} rank(s)")
+    call, inputs, match = calls[name]
+    before = [a.copy() for a in inputs]
+    ledger = comm.link_stats()
+    with pytest.raises(nm.InvalidArgumentError, match=match):
+        call()
+    assert comm.link_stats() == ledger, "data moved before the error"
+    for a, b in zip(inputs, before):
+        assert_same(a, b, "input changed")
+
+
+_FORCED = [(op, algo) for op in APPLIES if op != "barrier"
+           for algo in ALGORITHMS + ("tree",) if algo not in APPLIES[op]]
+
+
+def _call(comm, op, x, algo):
+    n = comm.size
+    if op in ("all_reduce", "reduce_scatter"):
+        return getattr(comm, op)(x, algorithm=algo)
+    if op in ("all_gather", "all_to_all", "broadcast"):
+        return getattr(comm, op)(x, algorithm=algo)
+    if op == "all_gather_v":
+        return comm.all_gather_v(x[:2], [2] * n, algorithm=algo)
+    if op == "reduce_scatter_v":
+        return comm.reduce_scatter_v(x, [2] * n, algorithm=algo)
+    if op == "all_to_all_v":
+        return comm.all_to_all_v(x, [2] * n, [2] * n, algorithm=algo)
+    if op == "permute":
+        return comm.permute(x, [(i, i) for i in range(n)], algorithm=algo)
+    raise AssertionError(op)
+
+
+@pytest.mark.parametrize("op,algo", _FORCED, ids=[f"{o}-{a}" for o, a in _FORCED])
+def test_forced_algorithm_that_does_not_apply(comm, op, algo):
+    n, me = comm.size, comm.rank
+    x = table(12, n, 2 * n * 2, DTYPES["int32"])[me].reshape(2 * n, 2)
+    before = x.copy()
+    ledger = comm.link_stats()
+    with pytest.raises(nm.AlgorithmError, match=repr(algo)):
+        _call(comm, op, x, algo)
+    assert comm.link_stats() == ledger
+    assert_same(x, before, "input changed")
+    with pytest.raises(nm.AlgorithmError):
+        comm.algorithm_for(op, algo)
+
+
+def test_communicator_still_works_after_rejected_calls(comm):
+    n, me = comm.size, comm.rank
+    t = table(13, n, 9, DTYPES["int64"], "sum")
+    assert_same(comm.all_reduce(t[me]), t.sum(axis=0), "all_reduce")
+
+
+# --- errors that need the other ranks -------------------------------------------------
+def _fresh(comm):
+    """A throwaway communicator over the same ranks (a failed one must not spoil
+    the session's)."""
+    return comm.split([list(range(comm.size))])
+
+
+@pytest.mark.mpi(min_size=2)
+def test_bad_argument_on_one_rank_fails_every_rank(comm):
+    sub = _fresh(comm)
+    x = np.arange(6, dtype=np.float32)
+    ledger = comm.link_stats()
+    with pytest.raises(nm.InvalidArgumentError) as info:
+        sub.all_reduce(x, op="mean" if sub.rank == 0 else "sum", timeout=60)
+    assert comm.link_stats() == ledger
+    if sub.rank != 0:
+        assert "rank(s) 0" in str(info.value)
+    assert_same(x, np.arange(6, dtype=np.float32), "input changed")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_disagreeing_ranks_get_a_mismatch_error(comm):
+    sub = _fresh(comm)
+    dt = np.float64 if sub.rank == 0 else np.float32
+    x = np.ones(4, dt)
+    ledger = comm.link_stats()
+    with pytest.raises(nm.CollectiveMismatchError, match="dtype"):
+        sub.all_reduce(x, timeout=60)
+    assert comm.link_stats() == ledger
+    # the failure is the same on every rank: the communicator is unusable everywhere
+    with pytest.raises(nm.CommunicatorFailedError):
+        sub.all_reduce(np.ones(4, np.float32), timeout=20)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_strict_groups_refused_on_every_rank(comm):
+    if not comm.strict:
+        pytest.skip("non-strict world")
+    n = comm.size
+    if n < 3:
+        pytest.skip("no refused group of this size")
+    groups = [[0, 1, 2]] + ([list(range(3, n))] if n > 3 else [])  # 3 ranks: never valid
+    with pytest.raises(nm.UnsupportedGroupError, match="Unsupported topology"):
+        comm.split(groups)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.xfail(strict=True, reason=(
+    "library bug: after one rank's argument is rejected, Communicator._run marks the "
+    "communicator failed on the other ranks only (comm.py _run: `except NeuronMPIError: "
+    "self._fail(e)` also for the agreed InvalidArgumentError), so the next call times "
+    "out on the offending rank while the others raise CommunicatorFailedError"))
+def test_rejected_call_leaves_every_rank_in_the_same_state(comm):
+    sub = _fresh(comm)
+    x = np.ones(4, np.float32)
+    with pytest.raises(nm.InvalidArgumentError):
+        sub.all_reduce(x, op="mean" if sub.rank == 0 else "sum", timeout=60)
+    try:
+        sub.all_reduce(x, timeout=3)
+        outcome = 0
+    except nm.CommunicatorFailedError:
+        outcome = 1
+    except nm.CollectiveTimeoutError:
+        outcome = 2
+    outcomes = comm.all_gather(np.array([outcome], np.int64))
+    assert len(set(outcomes.tolist())) == 1, (
+        f"next call after a rejected one: outcomes per rank (0 ok, 1 failed, 2 timeout): "
+        f"{outcomes.tolist()}")

@@ -1,0 +1,341 @@
+"""The benchmark (neuron_mpi.bench): sizes and options, the table and the JSON report,
+the check data (replayed through every schedule, no MPI), and one MPI run of the
+benchmark under neuron-mpirun (plus one with a deliberately corrupted result)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import neuron_mpi as nm
+from neuron_mpi.algorithms.group import GroupView
+from neuron_mpi.algorithms.select import choose, schedule_for
+from neuron_mpi.bench import collectives as C
+from neuron_mpi.bench import data, report
+from neuron_mpi.bench.cli import main as bench_main
+from neuron_mpi.bench.cli import load_groups, parse_args
+from neuron_mpi.bench.harness import CORRUPT_ENV, statistic
+from neuron_mpi.bench.sizes import parse_size, sweep
+from neuron_mpi.kernels import DTYPES
+from neuron_mpi.replay import replay
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCHER = Path(sys.executable).parent / "neuron-mpirun"
+ENV = ("NEURON_MPI_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_MPI_NODES",
+       "NEURON_MPI_ALGO", CORRUPT_ENV)
+
+BENCH_HEADER = ["size(B)", "count(elems)", "type", "time(us)", "algbw(GB/s)",
+                "busbw(GB/s)", "model_time(us)", "model_busbw(GB/s)", "#wrong"]
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    for name in ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+def _child_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ENV}
+    env.setdefault("NUMBA_CACHE_DIR", "/tmp/numba_cache_dev")
+    env.update(extra)
+    return env
+
+
+# --- sizes ----------------------------------------------------------------------------
+@pytest.mark.parametrize("text,value", [
+    ("8", 8), ("8b", 8), ("2kb", 2048), ("2K", 2048), ("2KiB", 2048), ("1MB", 1 << 20),
+    ("64M", 64 << 20), ("1GB", 1 << 30), ("1g", 1 << 30), (" 3 kb ", 3072)])
+def test_parse_size_units_are_binary(text, value):
+    assert parse_size(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "1x", "-1", "1.5MB", "MB", "1 M B", "0x10"])
+def test_parse_size_rejects(text):
+    with pytest.raises(ValueError, match="invalid size"):
+        parse_size(text)
+
+
+def test_sweep():
+    assert sweep(8, 64) == [8, 16, 32, 64]
+    assert sweep(1024, 4 << 20, 4) == [1024 * 4 ** k for k in range(7)]
+    assert sweep(8, 40, stepbytes=8) == [8, 16, 24, 32, 40]
+    assert sweep(5, 5) == [5]
+    for bad in [dict(minbytes=64, maxbytes=8), dict(minbytes=8, maxbytes=64, stepfactor=1),
+                dict(minbytes=8, maxbytes=64, stepfactor=2, stepbytes=8),
+                dict(minbytes=0, maxbytes=64)]:
+        with pytest.raises(ValueError):
+            sweep(**bad)
+
+
+# --- operations, aliases, bus factors ---------------------------------------------------
+@pytest.mark.parametrize("alias,name", [
+    ("allr", "all_reduce"), ("all_reduce", "all_reduce"), ("allg", "all_gather"),
+    ("redsct", "reduce_scatter"), ("alltoall", "alltoall"), ("all_to_all", "alltoall"),
+    ("alltoallv", "alltoallv"), ("all_to_all_v", "alltoallv"), ("permute", "permute"),
+    ("sendrecv", "sendrecv"), ("all_gather_v", "all_gather_v"),
+    ("reduce_scatter_v", "reduce_scatter_v"), ("ALLR", "all_reduce")])
+def test_aliases(alias, name):
+    assert C.get(alias).name == name
+
+
+def test_bus_factors():
+    r = 8
+    assert C.get("allr").bus_factor(r) == pytest.approx(2 * 7 / 8)
+    for op in ("allg", "redsct", "alltoall", "alltoallv", "all_gather_v", "reduce_scatter_v"):
+        assert C.get(op).bus_factor(r) == pytest.approx(7 / 8)
+    assert C.get("sendrecv").bus_factor(r) == C.get("permute").bus_factor(r) == 1.0
+
+
+def test_sizes_per_operation():
+    """size(B): all-reduce buffer, all-gather output, reduce-scatter input, one
+    rank's all-to-all send buffer; rounded to whole blocks."""
+    wl = C.get("allg").workload(1 << 20, 8, 4)
+    assert wl.size == 1 << 20 and wl.out_elems(0) == 1 << 18 and wl.in_elems(3) == 1 << 15
+    wl = C.get("redsct").workload(1000, 8, 4)
+    assert wl.size == 992 and wl.in_elems(0) == 248 and wl.out_elems(0) == 31
+    wl = C.get("alltoallv").workload(1 << 16, 8, 4)
+    assert all(wl.in_elems(g) == wl.out_elems(g) == wl.elems for g in range(8))
+    assert len({wl.matrix[0][j] for j in range(8)}) == 3  # uneven per peer
+    wl = C.get("all_gather_v").workload(1 << 16, 8, 2)
+    assert wl.counts[1] == 2 * wl.counts[0] and wl.size == sum(wl.counts) * 2
+
+
+# --- the command line -------------------------------------------------------------------
+def test_parse_args_defaults_and_options(tmp_path):
+    opts, _ = parse_args(["allr"])
+    assert opts.op == "all_reduce" and opts.sizes == [1 << 10, 1 << 12, 1 << 14, 1 << 16,
+                                                     1 << 18, 1 << 20]
+    assert (opts.iters, opts.warmup, opts.dtype, opts.check, opts.redops) == (
+        10, 2, "fp32", None, ("sum",))
+    opts, _ = parse_args(["redsct", "-b", "8", "-e", "64", "-f", "2", "-n", "3", "-w", "0",
+                          "-d", "fp8", "-c", "all_ones", "-o", "all", "-t", "p99",
+                          "--show-algorithm", "--vs-mpi", "--algorithm", "mesh"])
+    assert opts.sizes == [8, 16, 32, 64] and opts.dtype == "fp8_e4m3"
+    assert opts.redops == ("sum", "prod", "max", "min", "avg") and opts.show_redop
+    assert (opts.iters, opts.warmup, opts.stats, opts.algorithm) == (3, 0, "p99", "mesh")
+    assert opts.vs_mpi and opts.show_algorithm and opts.check == "all_ones"
+    f = tmp_path / "g.json"
+    f.write_text("[[0, 1, 2, 3], [4, 5, 6, 7]]")
+    assert parse_args(["allg", "--custom-replica-groups", str(f)])[0].groups == [
+        [0, 1, 2, 3], [4, 5, 6, 7]]
+    assert load_groups("[[0,2],[1,3]]") == [[0, 2], [1, 3]]
+    assert parse_args(["allg", "-i", "1kb", "-b", "1kb", "-e", "3kb"])[0].sizes == [
+        1024, 2048, 3072]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["all_smash"], "unknown operation"),
+    (["allr", "-b", "1x"], "invalid size"),
+    (["allr", "-b", "4MB", "-e", "1MB"], "smaller than minbytes"),
+    (["allr", "-f", "4", "-i", "8"], "not both"),
+    (["allr", "-f", "1"], "stepfactor"),
+    (["allr", "-d", "fp7"], "datatype"),
+    (["allr", "-o", "xor"], "-o/--op"),
+    (["allr", "-c", "maybe"], "-c/--check"),
+    (["allr", "-t", "p101"], "-t/--stats"),
+    (["allr", "-t", "median"], "-t/--stats"),
+    (["allr", "-n", "0"], "positive integer"),
+    (["allr", "-w", "-1"], "integer >= 0"),
+    (["allr", "--custom-replica-groups", "[[0,1],[2"], "not valid JSON"),
+    (["allr", "--custom-replica-groups", "[[0,1],[2]]"], "same size"),
+    (["allr", "--custom-replica-groups", "[0,1]"], "lists of ranks"),
+    (["allr", "--bogus"], "unrecognized arguments"),
+    ([], "required"),
+])
+def test_option_errors_exit_2_with_a_message(capsys, argv, needle):
+    assert bench_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("neuron-mpi-bench: error: ") and needle in err
+    assert err.count("\n") == 1  # one line, no usage dump, no traceback
+
+
+def test_option_error_as_a_program():
+    res = subprocess.run([sys.executable, "-m", "neuron_mpi.bench", "allr", "-e", "1q"],
+                         capture_output=True, text=True, timeout=60, env=_child_env())
+    assert res.returncode == 2
+    assert "neuron-mpi-bench: error:" in res.stderr and "invalid size" in res.stderr
+    assert res.stdout == ""
+
+
+def test_statistic():
+    assert statistic([1, 2, 3, 10], "avg") == 4
+    assert statistic([1, 2, 3, 10], "p50") == 2.5
+    assert statistic([1, 2, 3, 10], "p100") == 10
+
+
+# --- the table and the report --------------------------------------------------------------
+ROW = {"op": "all_reduce", "redop": "sum", "size": 1024, "count": 256, "type": "fp32",
+       "time_us": 1234.5678, "algbw": 0.00083, "busbw": 0.00145, "model_time_us": 21.01,
+       "model_busbw": 0.085, "algorithm": "ring", "wrong": 0, "mpi_time_us": 100.0,
+       "ratio": 12.345678}
+
+
+def test_table_columns():
+    cols = report.bench_columns()
+    assert report.header_line(cols).lstrip("#").split() == BENCH_HEADER
+    full = report.bench_columns(show_redop=True, show_algorithm=True, vs_mpi=True)
+    assert report.header_line(full).lstrip("#").split() == [
+        "size(B)", "count(elems)", "type", "redop", "time(us)", "algbw(GB/s)",
+        "busbw(GB/s)", "model_time(us)", "model_busbw(GB/s)", "algorithm", "#wrong",
+        "mpi_time(us)", "ratio"]
+    cells = report.row_line(full, ROW).split()
+    assert cells == ["1024", "256", "fp32", "sum", "1234.57", "0.00", "0.00", "21.01",
+                     "0.09", "ring", "0", "100.00", "12.35"]
+    na = report.row_line(cols, dict(ROW, wrong=None)).split()
+    assert na[-1] == "N/A"
+    text = "\n".join([report.header_line(full), report.row_line(full, ROW)])
+    headers, rows = report.parse_table(text)
+    assert headers[0] == "size(B)" and rows == [cells]
+
+
+def test_footer():
+    rows = [dict(ROW, busbw=1.0), dict(ROW, busbw=3.0)]
+    assert report.footer_lines(rows, 0) == ["# Avg bus bandwidth : 2.0000",
+                                            "# Out of bounds values : 0 OK"]
+    assert report.footer_lines(rows, 5)[1] == "# Out of bounds values : 5 FAILED"
+
+
+def _check_report_schema(rep):
+    assert tuple(rep) == report.REPORT_KEYS
+    assert rep["schema"] == "neuron-mpi-bench/1"
+    assert set(rep["topology"]) >= {"instance", "lnc", "nodes", "ranks"}
+    assert set(rep["machine"]) >= {"platform", "cpu_count", "hostname"}
+    assert set(rep["versions"]) >= {"python", "numpy", "numba", "mpi4py", "mpi_library",
+                                    "neuron_mpi"}
+    for row in rep["rows"]:
+        assert set(row) >= {"op", "redop", "size", "count", "type", "time_us", "algbw",
+                            "busbw", "model_time_us", "model_busbw", "algorithm", "wrong",
+                            "mpi_time_us", "ratio", "iteration_times_us"}
+
+
+def test_report_schema(tmp_path):
+    topo = nm.topology("trn2.48xlarge", ranks=8)
+    rep = report.build_report([dict(ROW, iteration_times_us=[1.0])], command=["x"],
+                              options={"op": "all_reduce"},
+                              topology=report.topology_info(topo, range(8)),
+                              mpi_library="Open MPI", wrong=0)
+    _check_report_schema(rep)
+    assert rep["ok"] and rep["topology"]["ranks"] == 8
+    path = tmp_path / "sub" / "r.json"
+    report.write_json(str(path), rep)
+    assert json.loads(path.read_text()) == json.loads(json.dumps(rep))
+
+
+def test_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "p.png"
+    report.plot(str(path), [dict(ROW, size=s, mpi_busbw=0.01) for s in (1024, 4096)], "t")
+    assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+# --- check data: every rank's expected result, replayed through the schedules -------------
+def _replay_check(name, view, nbytes, dtype, redop, mode, algorithm=None):
+    coll = C.get(name)
+    dt = DTYPES[dtype]
+    wl = coll.workload(nbytes, view.size, dt.itemsize, view.rings[0])
+    algo = choose(wl.sched_op, view, algorithm)
+    avg = redop == "avg" and coll.reduces
+    sched = schedule_for(view, wl.sched_op, algo, wl.sizes, avg, wl.extra)
+    cases = [C.make_case(wl, g, dt, redop, mode) for g in range(view.size)]
+    outs = replay(sched, [c.x for c in cases], "sum" if avg else redop, dt)
+    wrong = sum(data.count_wrong(o, coll.expected(c)) for o, c in zip(outs, cases))
+    return wrong, outs, cases, coll
+
+
+@pytest.mark.parametrize("name", list(C.COLLECTIVES))
+@pytest.mark.parametrize("mode", data.MODES)
+def test_expected_results_match_the_schedules(name, mode):
+    view = GroupView(nm.topology("trn2.48xlarge", ranks=16), range(16))
+    wrong, outs, cases, coll = _replay_check(name, view, 3000, "fp32", "sum", mode)
+    assert wrong == 0
+    # and a corrupted element is counted
+    outs[3].reshape(-1).view(np.uint8)[0] ^= 0xFF
+    assert data.count_wrong(outs[3], coll.expected(cases[3])) == 1
+
+
+@pytest.mark.parametrize("dtype,redop,algorithm,ranks", [
+    ("fp8_e4m3", "sum", "ring", 64), ("fp8_e4m3", "sum", "mesh", 24),
+    ("bf16", "sum", "ring", 64), ("fp16", "avg", "ring", 32), ("fp8_e5m2", "prod", "ring", 64),
+    ("int8", "sum", "mesh", 32), ("uint8", "max", "ring", 64), ("bf16", "min", None, 128),
+    ("fp32", "prod", None, 128), ("int32", "avg", None, 128)])
+def test_random_data_is_exact_in_any_order(dtype, redop, algorithm, ranks):
+    """Small types over many ranks: sums, products, averages all bit-exact, whatever
+    the algorithm's order (128 ranks: two trn2 nodes, hierarchical)."""
+    view = GroupView(nm.topology("trn2.48xlarge", ranks=ranks), range(ranks))
+    for name in ("all_reduce", "reduce_scatter"):
+        wrong, outs, cases, _ = _replay_check(name, view, 4096, dtype, redop, "random",
+                                              algorithm)
+        assert wrong == 0, (name, dtype, redop)
+    vals = np.stack([c.x for c in cases]).astype(np.float64)
+    assert (vals == np.round(vals)).all() and vals.max() > vals.min()
+
+
+def test_all_ones_sum_is_r():
+    view = GroupView(nm.topology("trn2.48xlarge", ranks=8), range(8))
+    wrong, outs, _, _ = _replay_check("all_reduce", view, 64, "fp32", "sum", "all_ones")
+    assert wrong == 0 and (outs[0] == 8).all()
+    for redop in ("prod", "max", "min", "avg"):
+        wrong, outs, _, _ = _replay_check("all_reduce", view, 64, "fp32", redop, "all_ones")
+        assert wrong == 0 and (outs[5] == 1).all()
+
+
+def test_check_data_slices_agree():
+    a = data.values("random", DTYPES["fp32"], "sum", 3, 64, 0, 1000)
+    b = data.values("random", DTYPES["fp32"], "sum", 3, 64, 600, 400)
+    assert (a[600:] == b).all()
+    other = data.values("random", DTYPES["fp32"], "sum", 4, 64, 0, 1000)
+    assert not (a == other).all()
+
+
+# --- MPI: the benchmark under neuron-mpirun -------------------------------------------------
+def _launch(args, timeout=240, program=None, **env):
+    program = program or [sys.executable, "-m", "neuron_mpi.bench"]
+    cmd = [str(LAUNCHER), "--instance", "trn2.48xlarge", "-n", "8", "--timeout",
+           str(timeout - 20), *program, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env=_child_env(**env), cwd=ROOT)
+
+
+def test_mpi_all_reduce_benchmark(tmp_path):
+    """neuron-mpirun -n 8 python -m neuron_mpi.bench all_reduce -b 1kb -e 4MB -f 4
+    -c random --vs-mpi: the table, 0 wrong, an OK footer, exit 0, and the JSON."""
+    out = tmp_path / "r.json"
+    res = _launch(["all_reduce", "-b", "1kb", "-e", "4MB", "-f", "4", "-c", "random",
+                   "--vs-mpi", "--report-to-json-file", str(out)])
+    assert res.returncode == 0, res.stdout + res.stderr
+    headers, rows = report.parse_table(res.stdout)
+    assert headers == BENCH_HEADER + ["mpi_time(us)", "ratio"]
+    assert [int(r[0]) for r in rows] == [1024 * 4 ** k for k in range(7)]
+    assert res.stdout.count("size(B)") == 1  # rank 0 alone prints
+    for r in rows:
+        assert r[2] == "fp32" and int(r[1]) == int(r[0]) // 4
+        assert r[8] == "0"
+        t, mt, ratio = float(r[3]), float(r[9]), float(r[10])
+        assert t > 0 and mt > 0 and ratio == pytest.approx(t / mt, rel=0.01, abs=0.01)
+        assert float(r[7]) > 0  # model busbw
+    assert "# Out of bounds values : 0 OK" in res.stdout
+    assert "# Avg bus bandwidth :" in res.stdout
+    assert "# running size 1048576" in res.stdout
+    rep = json.loads(out.read_text())
+    _check_report_schema(rep)
+    assert rep["ok"] and rep["topology"]["ranks"] == 8 and len(rep["rows"]) == 7
+    assert "--vs-mpi" in rep["command"]
+    assert all(len(r["iteration_times_us"]) == 10 for r in rep["rows"])
+
+
+def test_mpi_corrupted_result_fails():
+    """The hidden hook flips one element on rank 0: one wrong value, a FAILED footer,
+    exit status 1 (through the console script, which neuron-mpirun does not wrap in
+    ``python -m mpi4py``, so the job ends without an MPI_Abort)."""
+    script = str(Path(sys.executable).parent / "neuron-mpi-bench")
+    res = _launch(["allr", "-b", "1kb", "-e", "1kb", "-n", "1", "-w", "1", "-c", "random"],
+                  program=[script], **{CORRUPT_ENV: "1"})
+    assert res.returncode == 1, res.stdout + res.stderr
+    headers, rows = report.parse_table(res.stdout)
+    assert [r[-1] for r in rows] == ["1"]
+    assert "# Out of bounds values : 1 FAILED" in res.stdout

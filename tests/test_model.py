@@ -1,0 +1,301 @@
+"""The time model (neuron_mpi.model): its lowering equals the router's, its pricing
+rules, the ring closed forms of docs/model.md, its speed at 1024 ranks and its
+command line. No MPI."""
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import neuron_mpi as nm
+from neuron_mpi.algorithms.group import GroupView
+from neuron_mpi.algorithms.select import choose, schedule_for
+from neuron_mpi.bench.report import parse_table
+from neuron_mpi.catalog import GIB
+from neuron_mpi.model import predict, price
+from neuron_mpi.model.cli import main as model_main
+from neuron_mpi.model.lowering import as_hop_tuples
+from neuron_mpi.schedule import IN, OUT, Local, Locals, Round, Schedule, Xfer
+
+W = importlib.import_module("neuron_mpi.model.workload")
+ENV = ("NEURON_MPI_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_MPI_NODES",
+       "NEURON_MPI_ALGO")
+S = 1 << 30  # 1 GiB
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    for name in ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+def _view(instance, lnc=None, nodes=None, ranks=None, group=None):
+    topo = nm.topology(instance, lnc, nodes, ranks=ranks)
+    return GroupView(topo, group if group is not None else range(topo.size))
+
+
+# --- the lowering is the router's, hop for hop --------------------------------------
+def _router_tuples(sched, view, itemsize):
+    from neuron_mpi.router import lower
+
+    return [[(h.xid, h.step, h.src_chip, h.dst_chip, h.link, h.nbytes, h.bandwidth_GBps,
+              h.latency_us) for h in rnd] for rnd in lower(sched, view, itemsize)]
+
+
+LOWER_CASES = [
+    ("trn2-64 ring", dict(instance="trn2.48xlarge"), "all_reduce", "ring", 1000),
+    ("trn2-8 mesh", dict(instance="trn2.48xlarge", ranks=8), "all_reduce", "mesh", 77),
+    ("trn2 2 nodes hier", dict(instance="trn2.48xlarge", nodes=2), "all_reduce",
+     "hierarchical", 4096),
+    ("trn1 a2a", dict(instance="trn1.32xlarge"), "alltoall", "direct", 640),
+    ("trn1 2 nodes ag", dict(instance="trn1.32xlarge", nodes=2), "all_gather",
+     "hierarchical", 640),
+    ("ultraserver permute", dict(instance="trn2-ultraserver"), "permute", "direct", 96),
+    ("trn2 sparse group", dict(instance="trn2.48xlarge", group=[0, 5, 22, 63]),
+     "reduce_scatter_v", "ring", 111),
+    ("trn2 2 nodes a2av", dict(instance="trn2.48xlarge", nodes=2), "alltoallv", "direct",
+     512),
+]
+
+
+@pytest.mark.parametrize("name,where,op,algo,nbytes", LOWER_CASES,
+                         ids=[c[0] for c in LOWER_CASES])
+def test_fast_lowering_equals_router(name, where, op, algo, nbytes):
+    view = _view(**where)
+    wl = W.workload(op, nbytes, view.size, 4, view.rings[0])
+    sched = schedule_for(view, wl.sched_op, algo, wl.sizes, False, wl.extra)
+    fast = as_hop_tuples(view, sched, 4)
+    ref = _router_tuples(sched, view, 4)
+    assert [sorted(r) for r in fast] == [sorted(r) for r in ref]
+    assert sum(map(len, ref)) > 0
+
+
+# --- pricing rules on hand-made schedules ----------------------------------------------
+def _sched(n, *steps):
+    return Schedule("permute", "direct", n, [1 << 20] * n, [1 << 20] * n, [0] * n,
+                    list(steps))
+
+
+def _x(src, dst, count, reduce=False):
+    return Xfer(src, dst, IN, 0, count, OUT, 0, reduce)
+
+
+def test_one_hop_costs_latency_plus_bytes_over_bandwidth():
+    view = _view("trn2.48xlarge", ranks=8)  # chips 0 and 1, 4 ranks each
+    n = 1 << 18  # elements of 4 bytes
+    t = price(_sched(8, Round([_x(0, 4, n)])), view, 4).time_us
+    assert t == pytest.approx(1.5 + 4 * n / (256 * 1e3), rel=1e-9)
+
+
+def test_hops_on_one_directed_link_share_it():
+    view = _view("trn2.48xlarge", ranks=8)
+    n = 1 << 18
+    both = price(_sched(8, Round([_x(0, 4, n), _x(1, 5, n)])), view, 4).time_us
+    assert both == pytest.approx(1.5 + 2 * 4 * n / (256 * 1e3), rel=1e-9)
+    # opposite directions are different links (full duplex): no sharing
+    duplex = price(_sched(8, Round([_x(0, 4, n), _x(4, 0, n)])), view, 4).time_us
+    assert duplex == pytest.approx(1.5 + 4 * n / (256 * 1e3), rel=1e-9)
+
+
+def test_routed_transfer_is_store_and_forward():
+    view = _view("trn2.48xlarge")
+    # chip 0 (0,0) -> chip 5 (1,1): two NeuronLink hops
+    n = 1 << 18
+    t = price(_sched(64, Round([_x(0, 5 * 4, n)])), view, 4).time_us
+    assert t == pytest.approx(2 * (1.5 + 4 * n / (256 * 1e3)), rel=1e-9)
+
+
+def test_rounds_add_and_a_round_is_its_slowest_transfer():
+    view = _view("trn2.48xlarge", ranks=8)
+    n = 1 << 18
+    one = 1.5 + 4 * n / (256 * 1e3)
+    intra = 0.5 + 4 * n / (1450 * 1e3)
+    t = price(_sched(8, Round([_x(0, 4, n), _x(1, 2, n)]), Round([_x(1, 2, n)])),
+              view, 4).time_us
+    assert t == pytest.approx(one + intra, rel=1e-9)
+
+
+def test_reduction_and_local_work_at_hbm_speed():
+    view = _view("trn2.48xlarge", ranks=8)
+    n = 1 << 18
+    b = 4 * n
+    hbm = 2900 * 1e3
+    t = price(_sched(8, Round([_x(0, 4, n, reduce=True)])), view, 4).time_us
+    assert t == pytest.approx(1.5 + b / (256 * 1e3) + 3 * b / hbm, rel=1e-9)
+    # two reductions landing on one chip share its HBM; each transfer waits for both
+    t2 = price(_sched(8, Round([_x(0, 4, n, True), _x(5, 6, n, True)])), view, 4).time_us
+    assert t2 == pytest.approx(1.5 + b / (256 * 1e3) + 6 * b / hbm, rel=1e-9)
+    # local copies: 2 x bytes each, summed over the ranks of a chip
+    loc = Locals([Local(g, "copy", IN, 0, n, OUT, 0) for g in range(4)])
+    assert price(_sched(8, loc), view, 4).time_us == pytest.approx(4 * 2 * b / hbm)
+
+
+def test_efa_hops_share_the_nic_of_their_chip():
+    view = _view("trn2.48xlarge", nodes=2)  # 128 ranks, 64 per node
+    n = 1 << 16
+    b = 4 * n
+    efa = 25 * 1e3  # 200 Gbps
+    # the 4 ranks of chip 0 on node 0 to the 4 of chip 0 on node 1: one NIC each side
+    same = price(_sched(128, Round([_x(g, 64 + g, n) for g in range(4)])), view, 4)
+    assert same.time_us == pytest.approx(15 + 4 * b / efa, rel=1e-9)
+    # chips 0..3 each send one: four NICs
+    spread = price(_sched(128, Round([_x(4 * c, 64 + 4 * c, n) for c in range(4)])), view, 4)
+    assert spread.time_us == pytest.approx(15 + b / efa, rel=1e-9)
+
+
+# --- closed forms (docs/model.md) ---------------------------------------------------------
+def test_single_ring_all_reduce_closed_form():
+    """inf2.48xlarge, 24 ranks on one ring of 12 chips, link B, latency l, HBM H:
+    T = 2(r-1)(l + c/B) + (r-1) 6c/H + 4S/H with c = S/r.
+    Without the HBM terms: the textbook 2(r-1)/r S/B + 2(r-1) l."""
+    p = predict("all_reduce", S, instance="inf2.48xlarge")
+    r, B, lat, H = 24, 96 * GIB * 1e3, 1.5, 820 * 1e3
+    c = S / r
+    hbm = (r - 1) * 6 * c / H + 4 * S / H
+    assert p.algorithm == "ring" and p.ranks == r
+    assert p.time_us == pytest.approx(2 * (r - 1) * (lat + c / B) + hbm, rel=1e-4)
+    textbook = 2 * (r - 1) / r * S / B + 2 * (r - 1) * lat
+    assert p.time_us - hbm == pytest.approx(textbook, rel=1e-4)
+    # so the bus bandwidth tends to B once the HBM terms are set aside
+    assert 2 * (r - 1) / r * S / (p.time_us - hbm) / 1e3 == pytest.approx(96 * GIB, rel=0.01)
+
+
+def test_two_ring_all_gather_tends_to_twice_the_link():
+    """trn1.32xlarge, 32 ranks on two edge-disjoint rings, each half the data:
+    T = (r-1)(l + S/(2rB)) + 2 * 2 (S/r)/H  (the first copy of each rank's block)."""
+    p = predict("all_gather", S, instance="trn1.32xlarge")
+    r, B, lat, H = 32, 96 * GIB * 1e3, 1.5, 820 * 1e3
+    t = (r - 1) * (lat + S / (2 * r) / B) + 2 * 2 * (S / r) / H
+    assert p.time_us == pytest.approx(t, rel=1e-4)
+    assert 0.95 * 2 * 96 * GIB < p.busbw < 2 * 96 * GIB
+
+
+def trn2_all_reduce_closed_form(size):
+    """trn2.48xlarge, 64 ranks (LNC=2: 4 per chip), two rings each carrying half, so
+    chunks of c = S/128. Per round a chip sends 2 NeuronLink hops (one per ring, on
+    different links) and 6 intra-chip hops (sharing the chip's copy bandwidth),
+    and in the reduce-scatter its 8 ranks' reductions (3c each) share its HBM:
+      RS round = max(l + c/B, l_i + 6c/B_i) + 24c/H,   AG round = max(l + c/B, l_i + 6c/B_i)
+      T = 63 (RS + AG) + 8S/H   (each of the 4 ranks of a chip first copies in -> out)."""
+    c = size / 128
+    B, lat, Bi, lati, H = 256e3, 1.5, 1450e3, 0.5, 2900e3
+    ag = max(lat + c / B, lati + 6 * c / Bi)
+    rs = ag + 24 * c / H
+    t = 63 * (rs + ag) + 8 * size / H
+    return t, 2 * 63 / 64 * size / (t * 1e3)
+
+
+def test_trn2_all_reduce_matches_its_closed_form():
+    for size in (S, 64 << 20):
+        p = predict("all_reduce", size, instance="trn2.48xlarge")
+        t, busbw = trn2_all_reduce_closed_form(size)
+        assert p.time_us == pytest.approx(t, rel=1e-3)
+        assert p.busbw == pytest.approx(busbw, rel=1e-3)
+
+
+@pytest.mark.parametrize("instance,ranks", [("trn2.48xlarge", 64), ("inf2.48xlarge", 24)])
+def test_small_all_reduce_costs_two_r_minus_one_hop_latencies(instance, ranks):
+    # 8 KB: every chunk non-empty, bytes negligible: each of the 2(r-1) rounds costs
+    # one NeuronLink hop latency (its slowest hop)
+    p = predict("all_reduce", 8 << 10, instance=instance)
+    assert p.ranks == ranks
+    assert p.time_us == pytest.approx(2 * (ranks - 1) * 1.5, rel=0.02)
+
+
+def test_model_at_1024_ranks_in_seconds():
+    """4 Trn2 UltraServers: 1024 ranks, hierarchical over EFA (~2 s on an idle core)."""
+    t0 = time.perf_counter()
+    ar = predict("all_reduce", S, instance="trn2-ultraserver", nodes=4)
+    elapsed = time.perf_counter() - t0
+    assert ar.ranks == 1024
+    assert ar.algorithm == "hierarchical" and 0 < ar.busbw < 2 * 256
+    kinds = ar.cost.bytes_by_kind
+    assert kinds["efa"] > 0 and kinds["neuronlink-z"] > 0 and kinds["neuronlink"] > 0
+    assert elapsed < 20, f"1024-rank model took {elapsed:.1f} s"
+
+
+# --- predict's arguments -------------------------------------------------------------------
+def test_predict_arguments():
+    a = predict("allr", 1 << 20, instance="trn2.48xlarge", ranks=8)
+    b = predict("all_reduce", 1 << 20, instance="trn2.48xlarge", ranks=8, dtype="bf16")
+    assert a.op == "all_reduce" and a.ranks == 8 and a.count == (1 << 18)
+    assert b.count == (1 << 19) and b.dtype == "bf16"
+    assert a.algbw == pytest.approx(a.size / (a.time_us * 1e3))
+    assert a.busbw == pytest.approx(a.algbw * 2 * 7 / 8)
+    m = predict("all_reduce", 1 << 20, instance="trn2.48xlarge", ranks=8, algorithm="mesh")
+    assert m.algorithm == "mesh" and m.time_us != a.time_us
+    avg = predict("all_reduce", 1 << 20, instance="trn2.48xlarge", ranks=8, op_reduce="avg")
+    assert avg.time_us > a.time_us  # the division is priced
+    two = predict("all_reduce", 1 << 20, instance="trn2.48xlarge", nodes=2, ranks=16)
+    assert two.ranks == 16 and two.algorithm == "hierarchical"
+    with pytest.raises(ValueError, match="unknown operation"):
+        predict("all_smash", 8)
+    times = [predict("alltoall", s, instance="trn1.32xlarge").time_us
+             for s in (1 << 10, 1 << 20, 1 << 26)]
+    assert times == sorted(times)
+
+
+def test_model_prices_the_communicators_schedule():
+    view = _view("trn2.48xlarge", ranks=8)
+    count = 12345
+    sched = schedule_for(view, "all_reduce", choose("all_reduce", view), count, False, None)
+    p = predict("all_reduce", count * 4, view=view)
+    assert p.time_us == pytest.approx(price(sched, view, 4).time_us, rel=1e-12)
+
+
+# --- the command line ---------------------------------------------------------------------
+def test_model_cli_done_when_and_no_mpi():
+    """neuron-mpi-model --instance trn2.48xlarge all_reduce -b 8 -e 1GB -f 4: fast,
+    without MPI, and its largest row is on the closed form."""
+    code = ("import sys, time\n"
+            "from neuron_mpi.model.cli import main\n"
+            "t = time.perf_counter()\n"
+            "rc = main(['--instance', 'trn2.48xlarge', 'all_reduce', '-b', '8', '-e', '1GB',"
+            " '-f', '4'])\n"
+            "assert 'mpi4py.MPI' not in sys.modules, 'the model imported MPI'\n"
+            "print('# elapsed', time.perf_counter() - t)\n"
+            "sys.exit(rc)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ENV}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert res.returncode == 0, res.stderr
+    headers, rows = parse_table(res.stdout)
+    assert headers == ["size(B)", "count(elems)", "type", "redop", "time(us)",
+                       "algbw(GB/s)", "busbw(GB/s)", "algorithm"]
+    assert [int(r[0]) for r in rows] == [8 * 4 ** k for k in range(14)]
+    last = rows[-1]
+    _, busbw = trn2_all_reduce_closed_form(int(last[0]))
+    assert float(last[6]) == pytest.approx(busbw, rel=5e-3)
+    elapsed = float(res.stdout.split("# elapsed")[1])
+    assert elapsed < 15
+
+
+def test_model_cli_errors(capsys):
+    assert model_main(["all_smash"]) == 2
+    assert "unknown operation" in capsys.readouterr().err
+    assert model_main(["allr", "-b", "1x"]) == 2
+    assert "invalid size" in capsys.readouterr().err
+    assert model_main(["allr", "-d", "fp7"]) == 2
+    assert "datatype" in capsys.readouterr().err
+    assert model_main(["allr", "--instance", "trn9"]) == 2
+    assert "unknown instance" in capsys.readouterr().err
+    assert model_main(["alltoall", "--algorithm", "ring"]) == 2
+    assert "does not apply" in capsys.readouterr().err
+
+
+def test_model_cli_json_and_params(tmp_path, capsys):
+    out = tmp_path / "m.json"
+    assert model_main(["allg", "-r", "8", "-b", "1kb", "-e", "4kb", "--params",
+                       "--report-to-json-file", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "neuronlink" in text and "[about]" in text
+    import json
+
+    rep = json.loads(out.read_text())
+    assert rep["topology"]["ranks"] == 8
+    assert [r["size"] for r in rep["rows"]] == [1024, 2048, 4096]
+    assert {p["link"] for p in rep["parameters"]} >= {"intra-chip", "neuronlink", "hbm"}

@@ -66,6 +66,11 @@ def parse_args(argv=None):
                    help="calls before the memory baseline (default: 10%% of --calls)")
     p.add_argument("--timeout", type=float, default=120.0, help="deadline of each call (s)")
     p.add_argument("--json", help="write the report (rank 0) to this file")
+    p.add_argument("--sizes-pool", type=int, default=0, metavar="K",
+                   help="draw counts, v-count patterns, permutations and roots from K "
+                        "fixed choices (bounds the distinct schedules, hence the caches: "
+                        "a 64-member schedule holds ~4000 transfers, ~1 MB; default: "
+                        "a fresh draw per call)")
     p.add_argument("--verbose", action="store_true", help="rank 0 prints progress")
     p.add_argument("--check-overhead", type=int, metavar="N", default=0,
                    help="time N small all_reduces with the agreement on and N off")
@@ -167,6 +172,11 @@ class Soak:
         hi = self.args.max_elems
         count = int(rng.integers(0, 4)) if rng.random() < 0.15 else \
             int(np.exp(rng.uniform(0, np.log(hi + 1))))
+        k = self.args.sizes_pool
+        if k:
+            j = int(rng.integers(k))
+            pool = np.random.default_rng([self.args.seed, 999, j])
+            count = int(pool.integers(0, hi + 1)) if j else 1
         pi = int(rng.integers(len(self.parts)))
         choices = (None,) + tuple(self.applies.get(op, ()))
         algo = choices[rng.integers(len(choices))]
@@ -176,7 +186,8 @@ class Soak:
         return {"i": i, "op": op, "dtype": dname, "count": count, "part": pi,
                 "algorithm": algo, "redop": redop, "async": bool(rng.random() < 0.25),
                 "seed": int(rng.integers(1 << 31)),
-                "vcounts_seed": int(rng.integers(1 << 31)), "root_u": float(rng.random())}
+                "vcounts_seed": (1000 + j) if k else int(rng.integers(1 << 31)),
+                "root_u": ((j + 0.5) / k) if k else float(rng.random())}
 
     def one(self, i: int) -> None:
         d = self.draw(i)

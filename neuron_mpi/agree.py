@@ -19,7 +19,7 @@ from .errors import CollectiveMismatchError, InvalidArgumentError
 from .kernels import DTYPES, dtype_name
 
 FIELDS = ("status", "operation", "sequence number", "count", "dtype", "reduce op", "root",
-          "pairs/counts", "algorithm")
+          "layout", "algorithm")
 STATUS, OP, SEQ, COUNT, DTYPE, REDOP, ROOT, DIGEST, ALGO = range(len(FIELDS))
 _REDOPS = ("sum", "prod", "max", "min", "avg")
 _OPS = OPS + ("split",)
@@ -60,7 +60,7 @@ def _show(field: int, v: int) -> str:
     if field == ALGO:
         return ALGORITHMS[v] if 0 <= v < len(ALGORITHMS) else "none"
     if field == DIGEST:
-        return f"digest {v:016x}"
+        return f"row shape/pairs/counts digest {v:016x}"
     return str(v)
 
 
@@ -87,7 +87,9 @@ def compare(table: np.ndarray, op: str, seq: int) -> None:
         e.agreed = True
         raise e
     diffs = []
-    for f in range(1, len(FIELDS)):
+    # different operations differ in everything else too: name the operation alone
+    fields = [OP] if not (table[:, OP] == table[0, OP]).all() else range(1, len(FIELDS))
+    for f in fields:
         col = table[:, f]
         if (col == col[0]).all():
             continue

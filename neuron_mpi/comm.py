@@ -21,8 +21,8 @@ from . import validate as V
 from .algorithms.group import GroupView
 from .algorithms.select import choose, schedule_for
 from .engine import Engine
-from .errors import (CollectiveTimeoutError,
-                     CommunicatorFailedError, InvalidArgumentError, NeuronMPIError)
+from .errors import (CollectiveTimeoutError, CommunicatorFailedError,
+                     InvalidArgumentError, NeuronMPIError, TopologyError)
 from .executor import Execution, Plan, make_buffers
 from .recorder import FlightRecorder
 from .topology import topology as make_topology
@@ -144,7 +144,7 @@ class Communicator:
         if plan is None:
             sched = schedule_for(self._view, op, algorithm, sizes, avg, extra)
             plan = Plan(sched, self._view, self.rank)
-            if len(self._plans) > 512:
+            if len(self._plans) > 64:
                 self._plans.clear()
             self._plans[key] = plan
         return plan
@@ -165,15 +165,11 @@ class Communicator:
         self._recorder.dump(f"{type(err).__name__}: {err}")
 
     def _exchange(self, fp, op, timeout, rows=None):
-        """All-gather fingerprints (and all-to-all-v count rows) across the group,
-        serving the engine meanwhile, then compare them."""
+        """All-gather fingerprints across the group, serving the engine meanwhile,
+        and compare them; for all-to-all-v, then all-gather the count rows (only once
+        every member agreed it is an all-to-all-v) and check them."""
         seconds = _timeout_seconds(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
-        table = np.empty((self.size, fp.size), np.int64)
-        reqs = [self._mcomm.Iallgather(fp, table)]
-        if rows is not None:
-            all_rows = np.empty((self.size, rows.size), np.int64)
-            reqs.append(self._mcomm.Iallgather(rows, all_rows))
 
         def expired():
             err = CollectiveTimeoutError(
@@ -183,11 +179,46 @@ class Communicator:
             err.waiting_for = "argument agreement"
             return err
 
-        self._engine.wait_until(lambda: all(r == MPI.REQUEST_NULL for r in reqs),
-                                extra=reqs, deadline=deadline, on_timeout=expired)
-        A.compare(table, op, int(fp[A.SEQ]))
+        def gather(vec):
+            table = np.empty((self.size, vec.size), np.int64)
+            reqs = [self._mcomm.Iallgather(vec, table)]
+            try:
+                self._engine.wait_until(lambda: reqs[0] == MPI.REQUEST_NULL, extra=reqs,
+                                        deadline=deadline, on_timeout=expired)
+            except CollectiveTimeoutError as err:
+                absent = self._census(int(fp[A.SEQ]))
+                if absent:
+                    err.args = (f"{err.args[0]}; not heard from: rank "
+                                f"{A.ranks_text(absent)}",)
+                    err.absent = absent
+                raise
+            return table
+
+        A.compare(gather(fp), op, int(fp[A.SEQ]))
         if rows is not None:
-            A.check_all_to_all_v(all_rows, op)
+            A.check_all_to_all_v(gather(rows), op)
+
+    def _census(self, seq: int, wait: float = 1.0) -> list[int]:
+        """After an agreement timeout: every member that is here tells every other
+        (header-only messages through the engine); the ones not heard from within
+        ``wait`` seconds are named. Runs only on the failure path."""
+        eng = self._engine
+        empty = np.empty(0, np.uint8)
+        for m in range(self.size):
+            if m != self.rank:
+                eng.post((self._id, seq, -1_000_000 - self.rank), self._ranks[m], empty)
+        keys = {m: (self._id, seq, -1_000_000 - m) for m in range(self.size) if m != self.rank}
+        deadline = time.monotonic() + wait
+        try:
+            eng.wait_until(lambda: all(eng.has(k) for k in keys.values()), deadline=deadline,
+                           on_timeout=TimeoutError)
+        except TimeoutError:
+            pass
+        absent = []
+        for m, k in keys.items():
+            if eng.take(k) is None:
+                absent.append(m)
+        return absent
 
     def _tell_group_rejected(self, op, timeout):
         """This rank rejected its arguments: take part in the agreement with status 1
@@ -196,6 +227,10 @@ class Communicator:
         if not (_checking() and self.size > 1):
             return
         self._seq += 1
+        try:
+            _timeout_seconds(timeout)
+        except InvalidArgumentError:
+            timeout = None  # the bad timeout is this rank's own error: use the default
         try:
             self._exchange(A.fingerprint(op, self._seq, status=1), op, timeout)
         except NeuronMPIError:
@@ -244,7 +279,12 @@ class Communicator:
                 self._exchange(fp, op, timeout, rows)
         except NeuronMPIError as e:
             e.agreed = True
-            self._fail(e, entry)
+            if isinstance(e, InvalidArgumentError):
+                # a member rejected its own arguments: nothing moved, and that rank
+                # keeps the communicator, so the others do too
+                FlightRecorder.fail(entry, e)
+            else:
+                self._fail(e, entry)
             raise
         plan = self._plan(op, algo, sizes, avg, extra)
         x_flat = np.ascontiguousarray(x).reshape(-1)
@@ -483,7 +523,7 @@ class Communicator:
             world_groups = [[self._ranks[r] for r in g] for g in gs]
             for wg in world_groups:
                 G.check_group(self.topology, wg, self.strict)
-        except InvalidArgumentError:
+        except (InvalidArgumentError, TopologyError):
             self._tell_group_rejected("split", timeout)
             raise
         mine = next((i for i, g in enumerate(gs) if self.rank in g), None)
@@ -517,6 +557,45 @@ class Communicator:
         return self._engine.link_stats()
 
 
+_ENGINES: list = []
+
+
+def _skip_drain_on_uncaught_exception(engine) -> None:
+    """An uncaught exception or a non-zero exit ends the job (``python -m mpi4py``
+    aborts after the atexit handlers): do not first wait at the exit drain for ranks
+    that will never come."""
+    import sys
+
+    _ENGINES.append(engine)
+    if _ENGINES[1:]:
+        return  # hooks already installed
+
+    def close_all():
+        for e in _ENGINES:
+            e.closed = True
+
+    previous = sys.excepthook
+
+    def hook(*exc_info):
+        close_all()
+        previous(*exc_info)
+
+    sys.excepthook = hook
+    # `python -m mpi4py` records a non-zero exit (sys.exit(1), an exception) through
+    # MPI._set_abort_status and aborts after the atexit handlers
+    set_status = getattr(MPI, "_set_abort_status", None)
+    if set_status is not None:
+        def set_abort_status(status):
+            if status:
+                close_all()
+            return set_status(status)
+
+        try:
+            MPI._set_abort_status = set_abort_status
+        except (AttributeError, TypeError):
+            pass
+
+
 def init(instance=None, lnc=None, nodes=None, comm=None, strict=True) -> Communicator:
     """Lay the ranks of ``comm`` (default MPI.COMM_WORLD) on the topology and return
     the world communicator. Collective over ``comm``."""
@@ -525,5 +604,6 @@ def init(instance=None, lnc=None, nodes=None, comm=None, strict=True) -> Communi
     G.check_group(topo, range(topo.size), strict)
     engine = Engine(world.Dup(), topo)
     atexit.register(engine.drain)
+    _skip_drain_on_uncaught_exception(engine)
     return Communicator(engine, topo, range(topo.size), 1, strict, engine.comm,
                         FlightRecorder(engine.rank))

@@ -71,6 +71,15 @@ def divergences(dumps: dict[int, dict]) -> list[str]:
                         errs = {calls[r].get("error") for r in rs} - {None}
                         why = f" ({sorted(errs)[0]})" if errs else ""
                         parts.append(f"rank {ranks_text(rs)} {state} but did not finish{why}")
+                starts = {r: c["t_start"] for r, c in calls.items() if c.get("t_start")}
+                if len(starts) > 1:
+                    first = min(starts.values())
+                    late = max(starts, key=starts.get)
+                    others = sorted(v for r, v in starts.items() if r != late)
+                    lag = starts[late] - others[-1]
+                    if lag > 0.5:
+                        parts.append(f"rank {late} called it last, {lag:.1f} s after the "
+                                     f"others ({starts[late] - first:.1f} s after the first)")
                 op = next(iter(calls.values()))["op"] if calls else "?"
                 out.append(f"communicator {comm:x}: first divergence at call {seq} ({op}): "
                            + "; ".join(parts))

@@ -22,7 +22,6 @@ class Plan:
     off, count, reduce)] in delivery order."""
 
     def __init__(self, schedule, view, me: int):
-        self.schedule = schedule
         self.steps = []
         xid = 0
         for step in schedule.steps:

@@ -73,7 +73,7 @@ def out_array(out, shape, dtype, name="out") -> np.ndarray | None:
     if out.dtype != dtype:
         raise arg_error(name, f"dtype {dtype}", str(out.dtype))
     if not out.flags.writeable:
-        raise arg_error(name, "a writeable array", "a read-only array")
+        raise InvalidArgumentError(f"{name}: expected a writeable array, got a read-only one")
     return out
 
 

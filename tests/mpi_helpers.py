@@ -240,3 +240,17 @@ def applies(comm, op, algo) -> bool:
     must raise AlgorithmError). None (the default) always applies."""
     return algo is None or (algo in APPLIES[op]
                             and structurally_applies(comm.topology, comm.ranks, algo))
+
+
+def settled_bytes(comm, barrier: bool = True) -> dict:
+    """Payload bytes this rank has sent per (next hop, link kind), non-zero entries.
+
+    With ``barrier``, first a barrier on ``comm`` (the world): every earlier
+    collective has then completed on every rank, so the only traffic that can still
+    pass through this rank (it forwards for others) is the barrier's own, which
+    carries no bytes. Take it before a call that must not move data, then again
+    without the barrier after it: the two must be equal.
+    """
+    if barrier:
+        comm.barrier()
+    return {(e["dst"], e["link"]): e["bytes"] for e in comm.link_stats() if e["bytes"]}

@@ -62,22 +62,7 @@ MATRIX = _load_matrix()
 CASES = {n: {c.name: c for c in MATRIX.cases(n)} for n in WORLDS}
 
 # Cases the library gets wrong today (see docs/reliability.md, "Known gaps").
-KNOWN_BUGS = {
-    "bad-negative-count-all_to_all_v":
-        "a rank rejecting its all_to_all_v arguments joins only the fingerprint "
-        "all-gather, not the count-row all-gather the others post "
-        "(Communicator._tell_group_rejected): the others wait until their timeout",
-    "bad-timeout-value":
-        "a bad timeout= makes _tell_group_rejected's own _exchange raise before it "
-        "posts anything (the error is swallowed): the others wait until their timeout",
-    "bad-split-group-not-allowed":
-        "split() passes on InvalidArgumentError only; UnsupportedGroupError (a "
-        "TopologyError) is raised without telling the group: the others time out",
-    "reuse-after-rejected-argument":
-        "after a rank rejects its own arguments, the others' communicator is marked "
-        "failed but the rejecting rank's is not: its next call waits for them and "
-        "times out instead of raising CommunicatorFailedError",
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def _env(**extra) -> dict:
@@ -364,17 +349,9 @@ def test_dead_rank_ends_the_job(mode, when):
     assert "result WRONG" not in launch.out, launch.tail()
 
 
-_NAMING_GAP = ("the survivors wait in the argument agreement, whose timeout text says "
-               "'some of the 4 ranks have not called it' without naming which; the dying "
-               "rank's atexit drain delays its own MPI_Abort, so Open MPI names whichever "
-               "rank aborts first")
-
-
 def _naming_params():
     for mode, when in DIE_CASES:
         marks = []
-        if mode in ("exit0", "exit1", "raise") and when == "before":
-            marks.append(pytest.mark.xfail(strict=True, reason=_NAMING_GAP))
         yield pytest.param(mode, when, id=f"{mode}-{when}", marks=marks)
 
 
@@ -382,6 +359,8 @@ def _naming_params():
 def test_dead_rank_is_named(mode, when):
     launch = job(f"die-{mode}-{when}")
     if mode in ("os_exit", "abort", "sigkill", "sigterm"):
+        assert _PRTE_NAMES.search(launch.err), launch.tail()
+    elif mode in ("raise", "exit1"):  # mpi4py aborts the job at once from that rank
         assert _PRTE_NAMES.search(launch.err), launch.tail()
     else:  # a rank that leaves through Python: the survivors must say whom they miss
         assert _survivor_names_rank2(launch.err), launch.tail()
@@ -440,10 +419,6 @@ def test_straggler_above_timeout_check_fails_every_rank():
     assert "first divergence at call 5 (all_reduce)" in diag.stdout, diag.stdout
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "with the agreement check on (the default) the waiting ranks' text does not name "
-    "the straggler, and diagnose reports 'rank 0-3 failed' without singling it out "
-    "(every rank timed out; it does not compare t_start)"))
 def test_straggler_above_timeout_check_names_the_straggler():
     launch, recs, diag = _straggler("check")
     assert all(re.search(r"\brank 3\b", recs[r]["msg"]) for r in (0, 1, 2)), recs

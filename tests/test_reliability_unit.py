@@ -112,7 +112,7 @@ def test_fp32_and_two_bf16_differ_in_dtype_and_count():
     ("count", {"count": 8}, {"count": 9}, "rank 3: 9"),
     ("reduce op", {"reduce_op": "sum"}, {"reduce_op": "max"}, "rank 3: max"),
     ("root", {"root": 0}, {"root": 2}, "rank 3: 2"),
-    ("pairs/counts", {"dig": A.digest([[0, 1]])}, {"dig": A.digest([[1, 0]])}, "digest"),
+    ("layout", {"dig": A.digest([[0, 1]])}, {"dig": A.digest([[1, 0]])}, "digest"),
     ("algorithm", {"algorithm": "ring"}, {"algorithm": "mesh"}, "rank 3: mesh"),
     ("sequence number", {"seq": 4}, {"seq": 5}, "rank 3: 5"),
 ])
@@ -176,11 +176,15 @@ def _dump(folder, rank, calls, comms=None, reason="CollectiveTimeoutError: x"):
             FlightRecorder.finish(e)
         elif call["state"] == "failed":
             FlightRecorder.fail(e, CollectiveTimeoutError(call.get("error", "late")))
+    old = os.environ.get("NEURON_MPI_TRACE_DIR")
     os.environ["NEURON_MPI_TRACE_DIR"] = str(folder)
     try:
         return rec.dump(reason)
     finally:
-        del os.environ["NEURON_MPI_TRACE_DIR"]
+        if old is None:
+            del os.environ["NEURON_MPI_TRACE_DIR"]
+        else:
+            os.environ["NEURON_MPI_TRACE_DIR"] = old
 
 
 def test_recorder_dumps_only_with_a_trace_dir(tmp_path, monkeypatch):

@@ -88,7 +88,7 @@ def choose(op: str, view, algorithm=None, nbytes: int | None = None) -> str:
     return forced
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=32)
 def schedule_for(view, op: str, algorithm: str, sizes, avg: bool = False, extra=None):
     """Build (once) the schedule of ``op`` with ``algorithm``.
 

@@ -110,12 +110,11 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"neuron-mpi MPI suite: {size} ranks, instance {inst}")
 
 
-def pytest_unconfigure(config):
-    # every rank has printed its report before any rank leaves (a rank that
-    # leaves with failures makes `python -m mpi4py` abort the job)
-    if _STATE["rank"] is not None:
-        from mpi4py import MPI
-        MPI.COMM_WORLD.Barrier()
+# No MPI barrier at the end of the session: a rank blocked in a plain MPI barrier
+# stops forwarding neuron_mpi traffic that other ranks may still wait for. The
+# library's own exit drain (atexit, before MPI finalizes) keeps forwarding until all
+# ranks are done, so every rank has printed its report before one that failed makes
+# `python -m mpi4py` abort the job.
 
 
 # --- fixtures --------------------------------------------------------------------------

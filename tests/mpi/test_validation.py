@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import neuron_mpi as nm
-from mpi_helpers import ALGORITHMS, APPLIES, DTYPES, assert_same, table
+from mpi_helpers import ALGORITHMS, APPLIES, DTYPES, assert_same, settled_bytes, table
 
 pytestmark = pytest.mark.mpi
 
@@ -116,10 +116,10 @@ def test_bad_argument_raises_before_data_moves(comm, name):
         pytest.skip(f"{name} is not an error on {comm.size} rank(s)")
     call, inputs, match = calls[name]
     before = [a.copy() for a in inputs]
-    ledger = comm.link_stats()
+    ledger = settled_bytes(comm)
     with pytest.raises(nm.InvalidArgumentError, match=match):
         call()
-    assert comm.link_stats() == ledger, "data moved before the error"
+    assert settled_bytes(comm, barrier=False) == ledger, "data moved before the error"
     for a, b in zip(inputs, before):
         assert_same(a, b, "input changed")
 
@@ -150,10 +150,10 @@ def test_forced_algorithm_that_does_not_apply(comm, op, algo):
     n, me = comm.size, comm.rank
     x = table(12, n, 2 * n * 2, DTYPES["int32"])[me].reshape(2 * n, 2)
     before = x.copy()
-    ledger = comm.link_stats()
+    ledger = settled_bytes(comm)
     with pytest.raises(nm.AlgorithmError, match=repr(algo)):
         _call(comm, op, x, algo)
-    assert comm.link_stats() == ledger
+    assert settled_bytes(comm, barrier=False) == ledger
     assert_same(x, before, "input changed")
     with pytest.raises(nm.AlgorithmError):
         comm.algorithm_for(op, algo)
@@ -176,10 +176,10 @@ def _fresh(comm):
 def test_bad_argument_on_one_rank_fails_every_rank(comm):
     sub = _fresh(comm)
     x = np.arange(6, dtype=np.float32)
-    ledger = comm.link_stats()
+    ledger = settled_bytes(comm)
     with pytest.raises(nm.InvalidArgumentError) as info:
         sub.all_reduce(x, op="mean" if sub.rank == 0 else "sum", timeout=60)
-    assert comm.link_stats() == ledger
+    assert settled_bytes(comm, barrier=False) == ledger
     if sub.rank != 0:
         assert "rank(s) 0" in str(info.value)
     assert_same(x, np.arange(6, dtype=np.float32), "input changed")
@@ -190,10 +190,10 @@ def test_disagreeing_ranks_get_a_mismatch_error(comm):
     sub = _fresh(comm)
     dt = np.float64 if sub.rank == 0 else np.float32
     x = np.ones(4, dt)
-    ledger = comm.link_stats()
+    ledger = settled_bytes(comm)
     with pytest.raises(nm.CollectiveMismatchError, match="dtype"):
         sub.all_reduce(x, timeout=60)
-    assert comm.link_stats() == ledger
+    assert settled_bytes(comm, barrier=False) == ledger
     # the failure is the same on every rank: the communicator is unusable everywhere
     with pytest.raises(nm.CommunicatorFailedError):
         sub.all_reduce(np.ones(4, np.float32), timeout=20)

@@ -30,8 +30,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MPI_DIR = ROOT / "tests" / "mpi"
-ALL = ("test_collectives.py", "test_api.py", "test_validation.py", "test_groups.py",
-       "test_link_stats.py")  # test_link_stats.py last: it checks everything sent before
+# test_mpi_link_stats.py last: it checks everything sent before it
+ALL = ("test_mpi_collectives.py", "test_mpi_api.py", "test_mpi_validation.py",
+       "test_mpi_groups.py", "test_mpi_link_stats.py")
 # variables of ours that must not leak in from the caller's environment
 _SCRUB = ("NEURON_MPI_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_MPI_NODES",
           "NEURON_MPI_ALGO", "NEURON_MPI_TIMEOUT", "NEURON_MPI_CHECK", "NEURON_MPI_TEST_STRICT",
@@ -58,7 +59,7 @@ CONFIGS = [
                                      "NEURON_MPI_TEST_LEVEL": "reduced"}),
     Config("trn1.32xlarge-32", 32, {"NEURON_MPI_INSTANCE": "trn1.32xlarge",
                                      "NEURON_MPI_TEST_LEVEL": "reduced"}),
-    # 64 ranks on 2 cores are slow: small data, "slim" matrix (tests/mpi/test_collectives.py)
+    # 64 ranks on 2 cores are slow: small data, "slim" matrix (tests/mpi/test_mpi_collectives.py)
     Config("trn2-64", 64, {"NEURON_MPI_INSTANCE": "trn2.48xlarge",
                            "NEURON_MPI_TEST_LEVEL": "slim"}, limit=600, test_timeout=240),
     # two nodes: 2 x 32 ranks of trn1.32xlarge joined by EFA (default: hierarchical);
@@ -66,7 +67,7 @@ CONFIGS = [
     Config("trn1.32xlarge-2nodes-64", 64,
            {"NEURON_MPI_INSTANCE": "trn1.32xlarge", "NEURON_MPI_NODES": "2",
             "NEURON_MPI_TEST_LEVEL": "slim"},
-           files=("test_collectives.py", "test_groups.py", "test_link_stats.py"),
+           files=("test_mpi_collectives.py", "test_mpi_groups.py", "test_mpi_link_stats.py"),
            limit=600, test_timeout=240),
 ]
 
@@ -171,6 +172,9 @@ def test_mpi_suite(cfg: Config):
             *[str(MPI_DIR / f) for f in cfg.files]]
     rc, out, secs = launch(argv, base_env(cfg.env), cfg.limit)
     print(f"{cfg.name}: {cfg.ranks} ranks, {secs:.1f} s, exit {rc}")
+    for line in out.splitlines():  # rank 0's slowest tests and its summary
+        if re.match(r"\s*[\d.]+s (call|setup|teardown) ", line) or _SUMMARY_LINE.search(line):
+            print("   ", line.strip())
     assert rc == 0, f"{cfg.name}: mpiexec exited {rc} after {secs:.0f} s\n{_tail(out)}"
     counts = summary_counts(out)
     assert f"neuron-mpi MPI suite: {cfg.ranks} ranks" in out, (

@@ -27,9 +27,9 @@ from mpi_helpers import (DTYPE_NAMES, DTYPES, LEVELS, OPS, applies, assert_same,
 pytestmark = pytest.mark.mpi
 
 _SIZE_HINT = int(os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("PMI_SIZE") or 1)
-# full: every op x dtype for every algorithm; reduced: that for the default algorithm,
-# every dtype once (ops rotating) for each forced one; slim (64 ranks): every dtype
-# once for the default algorithm, two per forced one
+# full: every op x dtype for every algorithm; reduced: every dtype twice (with two
+# different ops, the ops rotating) for the default algorithm, once for each forced
+# one; slim (64 ranks): every dtype once for the default algorithm, two per forced one
 LEVEL = os.environ.get("NEURON_MPI_TEST_LEVEL") or (
     "full" if _SIZE_HINT <= 8 else "reduced" if _SIZE_HINT <= 32 else "slim")
 FULL = LEVEL == "full"
@@ -90,15 +90,18 @@ def _two(k, items):
 
 
 def reduction_cases(algos, secondary=False):
-    """secondary (the -v forms ...): in slim mode the default algorithm gets half
-    the dtypes."""
+    """secondary (the -v forms): in slim mode the default algorithm gets half the
+    dtypes."""
     cases = []
     for k, algo in enumerate(algos):
         name = algo or "default"
-        if FULL or (algo is None and LEVEL == "reduced"):
+        if FULL:
             for op in OPS:
                 cases.append(pytest.param(algo, [(op, d) for d in DTYPE_NAMES],
                                           id=f"{name}-{op}"))
+        elif algo is None and LEVEL == "reduced":
+            cases.append(pytest.param(algo, _rotated(0), id=f"{name}-mixed1"))
+            cases.append(pytest.param(algo, _rotated(3), id=f"{name}-mixed2"))
         elif algo is None or LEVEL == "reduced":
             pairs = _rotated(k)[::2] if secondary and LEVEL == "slim" else _rotated(k)
             cases.append(pytest.param(algo, pairs, id=f"{name}-mixed"))

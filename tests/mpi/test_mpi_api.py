@@ -109,6 +109,19 @@ def test_in_place(comm):
     v = b[me].copy()
     assert comm.broadcast(v, root=n // 2, out=v) is v
     assert_same(v, b[n // 2], "broadcast in place")
+    # all_gather in place, NCCL style: x is this rank's block of out
+    g = table(seed_of("inplace-ag", n), n, 2 * 3, F32).reshape(n * 2, 3)
+    out = np.full((2 * n, 3), -1.0, F32)
+    out[2 * me:2 * me + 2] = g[2 * me:2 * me + 2]
+    assert comm.all_gather(out[2 * me:2 * me + 2], out=out) is out
+    assert_same(out, g, "all_gather in place")
+    # reduce_scatter in place: out is this rank's block of x
+    ints = int_table(seed_of("inplace-rs", n), n, 2 * n * 2, I32, "sum")
+    xr = to_dtype(ints[me], I32).reshape(2 * n, 2)
+    comm.reduce_scatter(xr, out=xr[2 * me:2 * me + 2])
+    assert_same(xr[2 * me:2 * me + 2],
+                reduce_ref(ints, "sum", I32).reshape(2 * n, 2)[2 * me:2 * me + 2],
+                "reduce_scatter in place")
 
 
 def test_non_contiguous_inputs(comm):
@@ -186,8 +199,9 @@ def test_multi_dimensional(comm):
 
 
 def test_empty_buffers(comm):
-    n, me = comm.size, comm.rank
     e = np.empty(0, F32)
+    assert_same(comm.permute(np.ones(3, F32), []), np.zeros(3, F32), "permute, no pairs")
+    assert comm.split([]) is None
     assert comm.all_reduce(e).shape == (0,)
     assert comm.all_gather(np.empty((0, 3), F32)).shape == (0, 3)
     assert comm.broadcast(e, root=0).shape == (0,)

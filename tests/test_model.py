@@ -201,7 +201,7 @@ def test_trn2_all_reduce_matches_its_closed_form():
 def test_small_all_reduce_costs_two_r_minus_one_hop_latencies(instance, ranks):
     # 8 KB: every chunk non-empty, bytes negligible: each of the 2(r-1) rounds costs
     # one NeuronLink hop latency (its slowest hop)
-    p = predict("all_reduce", 8 << 10, instance=instance)
+    p = predict("all_reduce", 8 << 10, instance=instance, algorithm="ring")
     assert p.ranks == ranks
     assert p.time_us == pytest.approx(2 * (ranks - 1) * 1.5, rel=0.02)
 
@@ -242,7 +242,8 @@ def test_predict_arguments():
 def test_model_prices_the_communicators_schedule():
     view = _view("trn2.48xlarge", ranks=8)
     count = 12345
-    sched = schedule_for(view, "all_reduce", choose("all_reduce", view), count, False, None)
+    sched = schedule_for(view, "all_reduce", choose("all_reduce", view, nbytes=count * 4), count,
+                         False, None)
     p = predict("all_reduce", count * 4, view=view)
     assert p.time_us == pytest.approx(price(sched, view, 4).time_us, rel=1e-12)
 

@@ -31,9 +31,8 @@ DEFAULT_TIMEOUT = 60.0
 
 
 def _timeout_seconds(timeout) -> float | None:
-    """The deadline of one call: ``timeout=`` (seconds; 0 or None... see below),
-    else NEURON_MPI_TIMEOUT, else DEFAULT_TIMEOUT. 0 or a negative value means no
-    deadline."""
+    """Seconds one call may take: ``timeout=``, else NEURON_MPI_TIMEOUT, else
+    DEFAULT_TIMEOUT; None (no deadline) for 0 or a negative value."""
     if timeout is None:
         raw = os.environ.get("NEURON_MPI_TIMEOUT")
         if raw:

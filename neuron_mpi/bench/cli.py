@@ -21,29 +21,13 @@ from .. import catalog as cat
 from ..errors import NeuronMPIError
 from ..model import workload as W
 from . import report
-from .sizes import parse_size, sweep
+from .sizes import UsageError, UsageParser, size_arg, sweep
 
 PROG = "neuron-mpi-bench"
 DTYPE_CHOICES = ("uint8", "int8", "fp8", "uint16", "int16", "fp16", "bf16", "uint32",
                  "int32", "fp32", "fp64", "int64", "uint64")
 REDOPS = ("sum", "prod", "max", "min", "avg")
 _STATS = re.compile(r"^(avg|p(\d+(\.\d+)?))$")
-
-
-class UsageError(Exception):
-    """A bad command line: one line on stderr, exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(f"{message} (see '{self.prog} --help')")
-
-
-def _size(text):
-    try:
-        return parse_size(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _positive(text):
@@ -67,7 +51,7 @@ def _non_negative(text):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = UsageParser(
         prog=PROG,
         description="Benchmark a collective on the emulated Neuron topology, as "
                     "nccom-test does on hardware. Run under neuron-mpirun / mpiexec.",
@@ -79,13 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "alltoall, permute, sendrecv, all_gather_v, reduce_scatter_v, "
                         "alltoallv")
     s = p.add_argument_group("sizes")
-    s.add_argument("-b", "--minbytes", type=_size, default=1 << 10, metavar="SIZE",
+    s.add_argument("-b", "--minbytes", type=size_arg, default=1 << 10, metavar="SIZE",
                    help="smallest size (default 1kb)")
-    s.add_argument("-e", "--maxbytes", type=_size, default=1 << 20, metavar="SIZE",
+    s.add_argument("-e", "--maxbytes", type=size_arg, default=1 << 20, metavar="SIZE",
                    help="largest size (default 1MB)")
     s.add_argument("-f", "--stepfactor", type=int, metavar="F",
                    help="multiply the size by F (default 4)")
-    s.add_argument("-i", "--stepbytes", type=_size, metavar="SIZE",
+    s.add_argument("-i", "--stepbytes", type=size_arg, metavar="SIZE",
                    help="add SIZE to the size (instead of -f)")
     r = p.add_argument_group("runs")
     r.add_argument("-n", "--iters", type=_positive, default=10, metavar="N",

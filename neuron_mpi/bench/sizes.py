@@ -6,6 +6,7 @@ Pure (no MPI): the model's command line uses it too.
 """
 from __future__ import annotations
 
+import argparse
 import re
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10,
@@ -59,3 +60,22 @@ def sweep(minbytes: int, maxbytes: int, stepfactor: int | None = None,
         out.append(s)
         s *= f
     return out
+
+
+class UsageError(Exception):
+    """A bad command line: one line on stderr, exit status 2 (bench and model CLIs)."""
+
+
+class UsageParser(argparse.ArgumentParser):
+    """argparse that raises UsageError instead of printing usage and exiting."""
+
+    def error(self, message):
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def size_arg(text):
+    """argparse type for a size with units (8, 2kb, 1MB, 64M)."""
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

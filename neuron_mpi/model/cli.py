@@ -14,30 +14,14 @@ import time
 from .. import catalog as cat
 from ..errors import NeuronMPIError
 from ..bench import report
-from ..bench.sizes import parse_size, sweep
+from ..bench.sizes import UsageError, UsageParser, size_arg, sweep
 from .workload import OPS
 
 PROG = "neuron-mpi-model"
 
 
-class UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(f"{message} (see '{self.prog} --help')")
-
-
-def _size(text):
-    try:
-        return parse_size(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Modeled time and bandwidth of a collective on real "
+    p = UsageParser(prog=PROG, description="Modeled time and bandwidth of a collective on real "
                 "AWS Neuron hardware: the schedule the emulator runs, priced on the "
                 "catalog's links (docs/model.md). Runs no MPI.")
     p.add_argument("op", metavar="OP", help="one of: " + ", ".join(OPS)
@@ -50,13 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "the first R cores")
     p.add_argument("-N", "--nnodes", type=int, metavar="N", dest="nodes",
                    help="instances joined by EFA (default 1)")
-    p.add_argument("-b", "--minbytes", type=_size, default=8, metavar="SIZE",
+    p.add_argument("-b", "--minbytes", type=size_arg, default=8, metavar="SIZE",
                    help="smallest size (default 8)")
-    p.add_argument("-e", "--maxbytes", type=_size, default=1 << 30, metavar="SIZE",
+    p.add_argument("-e", "--maxbytes", type=size_arg, default=1 << 30, metavar="SIZE",
                    help="largest size (default 1GB)")
     p.add_argument("-f", "--stepfactor", type=int, metavar="F",
                    help="multiply the size by F (default 2)")
-    p.add_argument("-i", "--stepbytes", type=_size, metavar="SIZE",
+    p.add_argument("-i", "--stepbytes", type=size_arg, metavar="SIZE",
                    help="add SIZE to the size instead")
     p.add_argument("-d", "--datatype", default="fp32", metavar="TYPE",
                    help="data type (default fp32): uint8 int8 fp8 uint16 int16 fp16 bf16 "

@@ -4,12 +4,13 @@ against NumPy / ml_dtypes, for the 14 data types a collective can carry.
     reduce_into(dst, src, op)   dst[:] = op(dst, src), op in REDUCE_OPS
     divide_into(dst, n)         dst[:] = dst / n  (the "avg" op's last step)
     reduce_into_ref / divide_into_ref   the NumPy oracles of the two above
+    reducer(op, dtype)          the kernel of reduce_into, without the checks
     warm()                      compile or load every specialisation
 """
 from .dtypes import DTYPES, REDUCE_OPS, canonical_dtype, dtype_name
-from .reduce import divide_into, reduce_into, warm
+from .reduce import divide_into, reduce_into, reducer, warm
 from .reference import divide_into_ref, reduce_into_ref
 
 __all__ = ["DTYPES", "dtype_name", "canonical_dtype", "REDUCE_OPS",
-           "reduce_into", "reduce_into_ref", "divide_into", "divide_into_ref",
+           "reduce_into", "reduce_into_ref", "divide_into", "divide_into_ref", "reducer",
            "warm"]

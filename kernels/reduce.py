@@ -10,7 +10,7 @@ from .checks import check_array, check_n, check_pair, independent_src
 from .convert import SMALL_FLOAT_KERNELS
 from .dtypes import DTYPES, REDUCE_OPS
 
-__all__ = ["reduce_into", "divide_into", "warm", "jit_kernels"]
+__all__ = ["reduce_into", "divide_into", "reducer", "warm", "jit_kernels"]
 
 _NATIVE_OPS = {"sum": nt.native_sum, "prod": nt.native_prod,
                "max": nt.native_max, "min": nt.native_min}
@@ -55,6 +55,16 @@ def reduce_into(dst: np.ndarray, src: np.ndarray, op: str) -> None:
         kernel(dst.view(view), src.view(view))
 
 
+def reducer(op: str, dtype):
+    """The kernel of ``reduce_into(dst, src, op)`` for arrays of ``dtype``, without
+    the argument checks: ``f(dst, src)`` for two 1-D C-contiguous arrays of that
+    dtype, the same length, not overlapping. For hot loops that checked once."""
+    kernel, view = _REDUCE[op, np.dtype(dtype)]
+    if view is None:
+        return kernel
+    return lambda d, s: kernel(d.view(view), s.view(view))
+
+
 def divide_into(dst: np.ndarray, n: int) -> None:
     """``dst[:] = dst / n`` in place (the last step of an "avg" reduction).
 
@@ -73,11 +83,14 @@ def divide_into(dst: np.ndarray, n: int) -> None:
 def warm() -> int:
     """Compile, or load from numba's disk cache, every specialisation.
 
-    Covers each op x dtype of reduce_into and each dtype of divide_into;
-    returns how many specialisations that is (4 * 14 + 14 = 70).  Run it once
-    before starting many ranks so that they all load from the cache.
+    Covers each op x dtype of reduce_into and each dtype of divide_into, and the
+    transport's atomics; returns how many specialisations that is (4 * 14 + 14 =
+    70, plus atomics.warm()'s).  Run it once before starting many ranks so that
+    they all load from the cache.
     """
-    count = 0
+    from . import atomics
+
+    count = atomics.warm()
     for dt in DTYPES.values():
         for op in REDUCE_OPS:
             reduce_into(np.zeros(1, dt), np.zeros(1, dt), op)
@@ -88,8 +101,12 @@ def warm() -> int:
 
 
 def jit_kernels() -> list:
-    """Every numba dispatcher used by reduce_into and divide_into."""
-    seen: dict[int, object] = {}
+    """Every numba dispatcher used by reduce_into and divide_into, and the atomics."""
+    from . import atomics
+
+    seen: dict[int, object] = {id(f): f for f in (
+        atomics.fetch_add, atomics.add_many, atomics.compare_exchange, atomics.load,
+        atomics.store)}
     for kernel, _ in _REDUCE.values():
         seen.setdefault(id(kernel), kernel)
     for kernel, _, _ in _DIVIDE.values():

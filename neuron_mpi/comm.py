@@ -1,55 +1,44 @@
 """The Communicator: the API users code against.
 
-Validate at the boundary, pick the algorithm, fetch the cached schedule and this
-rank's plan, run it on the engine. Collectives return their result: a new array,
-or ``out`` when given (``out`` may be ``x`` where the shapes allow).
+Validate at the boundary, agree on the arguments across the group, pick the
+algorithm, fetch the cached schedule and this rank's plan, run it on the engine.
+Collectives return their result: a new array, or ``out`` when given (``out`` may be
+``x`` where the shapes allow).
+
+Threads and ordering (docs/api.md, "Threads, async calls and ordering"): any thread
+may call; the calls on one communicator must be made in the same order on every
+member, one at a time. An async call (``async_op=True``) returns a Handle at once;
+the engine's agent moves its data while the caller computes. Its input must not be
+written, and its result not read, before ``wait()`` (or a ``test()`` that returned
+True).
 """
 from __future__ import annotations
 
 import atexit
 import functools
 import hashlib
-import os
 import time
 
 import numpy as np
 from mpi4py import MPI
 
 from . import agree as A
+from . import env
 from . import groups as G
 from . import validate as V
 from .algorithms.group import GroupView
 from .algorithms.select import choose, schedule_for
-from .engine import Engine
+from .control import Control
+from .engine import make_engine
 from .errors import (CollectiveTimeoutError, CommunicatorFailedError,
                      InvalidArgumentError, NeuronMPIError, TopologyError)
-from .executor import Execution, Plan, make_buffers
+from .executor import Execution, Plan, make_buffers, pieces
 from .recorder import FlightRecorder
 from .topology import topology as make_topology
 
-DEFAULT_TIMEOUT = 60.0
-
-
-def _timeout_seconds(timeout) -> float | None:
-    """Seconds one call may take: ``timeout=``, else NEURON_MPI_TIMEOUT, else
-    DEFAULT_TIMEOUT; None (no deadline) for 0 or a negative value."""
-    if timeout is None:
-        raw = os.environ.get("NEURON_MPI_TIMEOUT")
-        if raw:
-            try:
-                timeout = float(raw)
-            except ValueError:
-                raise InvalidArgumentError(
-                    f"NEURON_MPI_TIMEOUT: expected seconds, got {raw!r}") from None
-        else:
-            timeout = DEFAULT_TIMEOUT
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise InvalidArgumentError(f"timeout: expected seconds (a number), got {timeout!r}")
-    return float(timeout) if timeout > 0 else None
-
-
-def _checking() -> bool:
-    return os.environ.get("NEURON_MPI_CHECK", "1").strip() not in ("0", "false", "no", "off")
+DEFAULT_TIMEOUT = env.DEFAULT_TIMEOUT
+_timeout_seconds = env.timeout_seconds
+_checking = env.checking
 
 
 def _collective(op):
@@ -73,7 +62,7 @@ SUM, PROD, MAX, MIN, AVG = "sum", "prod", "max", "min", "avg"
 
 class Handle:
     """An async collective: ``test()`` progresses and says whether it is done;
-    ``wait()`` finishes it and returns the result."""
+    ``wait()`` finishes it (raising its error, if any) and returns the result."""
 
     def __init__(self, comm, ex, finish):
         self._comm = comm
@@ -83,9 +72,8 @@ class Handle:
         self._finished = False
 
     def test(self) -> bool:
-        eng = self._comm._engine
-        eng.poll()
-        eng._advance_active()
+        if not self._ex.done:
+            self._comm._engine.try_progress()
         return self._ex.done
 
     def is_completed(self) -> bool:
@@ -105,10 +93,9 @@ def _child_id(parent: int, nsplit: int, index: int) -> int:
 
 
 class Communicator:
-    def __init__(self, engine: Engine, topo, ranks, comm_id: int, strict: bool,
-                 mcomm: MPI.Comm, recorder: FlightRecorder):
+    def __init__(self, engine, topo, ranks, comm_id: int, strict: bool,
+                 recorder: FlightRecorder):
         self._engine = engine
-        self._mcomm = mcomm  # the group's MPI communicator: for argument agreement
         self._recorder = recorder
         recorder.register(comm_id, ranks)
         self._failed: BaseException | None = None
@@ -126,6 +113,7 @@ class Communicator:
         self._p2p_sent: dict[int, int] = {}
         self._p2p_recv: dict[int, int] = {}
         self._plans: dict = {}
+        self._control = Control(self)
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -137,12 +125,12 @@ class Communicator:
                 f"{self.topology.instance} LNC={self.topology.lnc}>")
 
     # --- running a schedule -------------------------------------------------------
-    def _plan(self, op, algorithm, sizes, avg=False, extra=None):
-        key = (op, algorithm, sizes, avg, extra)
+    def _plan(self, op, algorithm, sizes, itemsize, avg=False, extra=None):
+        key = (op, algorithm, sizes, itemsize, avg, extra)
         plan = self._plans.get(key)
         if plan is None:
             sched = schedule_for(self._view, op, algorithm, sizes, avg, extra)
-            plan = Plan(sched, self._view, self.rank)
+            plan = Plan(sched, self._view, self.rank, itemsize, self._engine.piece_bytes)
             if len(self._plans) > 64:
                 self._plans.clear()
             self._plans[key] = plan
@@ -157,67 +145,32 @@ class Communicator:
 
     def _fail(self, err, entry=None, ex=None):
         self._failed = err
-        if ex is not None and ex in self._engine.active:
-            self._engine.active.remove(ex)
+        if ex is not None:
+            self._engine.cancel(ex, err)
         if entry is not None:
             FlightRecorder.fail(entry, err, getattr(err, "waiting_for", None))
         self._recorder.dump(f"{type(err).__name__}: {err}")
 
     def _exchange(self, fp, op, timeout, rows=None):
-        """All-gather fingerprints across the group, serving the engine meanwhile,
-        and compare them; for all-to-all-v, then all-gather the count rows (only once
-        every member agreed it is an all-to-all-v) and check them."""
+        """All-gather fingerprints across the group (the control plane: a shared
+        board, or routed through the engine) and compare them; for all-to-all-v,
+        then all-gather the count rows (only once every member agreed it is an
+        all-to-all-v) and check them."""
         seconds = _timeout_seconds(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
+        seq = int(fp[A.SEQ])
 
         def expired():
             err = CollectiveTimeoutError(
-                f"{op} (call {fp[A.SEQ]} on this communicator): no agreement on the "
+                f"{op} (call {seq} on this communicator): no agreement on the "
                 f"arguments within {seconds:g} s: some of the {self.size} ranks have not "
                 "called it (a rank exited, skipped the call, or is stuck elsewhere)")
             err.waiting_for = "argument agreement"
             return err
 
-        def gather(vec):
-            table = np.empty((self.size, vec.size), np.int64)
-            reqs = [self._mcomm.Iallgather(vec, table)]
-            try:
-                self._engine.wait_until(lambda: reqs[0] == MPI.REQUEST_NULL, extra=reqs,
-                                        deadline=deadline, on_timeout=expired)
-            except CollectiveTimeoutError as err:
-                absent = self._census(int(fp[A.SEQ]))
-                if absent:
-                    err.args = (f"{err.args[0]}; not heard from: rank "
-                                f"{A.ranks_text(absent)}",)
-                    err.absent = absent
-                raise
-            return table
-
-        A.compare(gather(fp), op, int(fp[A.SEQ]))
+        A.compare(self._control.allgather(fp, seq, 0, deadline, expired), op, seq)
         if rows is not None:
-            A.check_all_to_all_v(gather(rows), op)
-
-    def _census(self, seq: int, wait: float = 1.0) -> list[int]:
-        """After an agreement timeout: every member that is here tells every other
-        (header-only messages through the engine); the ones not heard from within
-        ``wait`` seconds are named. Runs only on the failure path."""
-        eng = self._engine
-        empty = np.empty(0, np.uint8)
-        for m in range(self.size):
-            if m != self.rank:
-                eng.post((self._id, seq, -1_000_000 - self.rank), self._ranks[m], empty)
-        keys = {m: (self._id, seq, -1_000_000 - m) for m in range(self.size) if m != self.rank}
-        deadline = time.monotonic() + wait
-        try:
-            eng.wait_until(lambda: all(eng.has(k) for k in keys.values()), deadline=deadline,
-                           on_timeout=TimeoutError)
-        except TimeoutError:
-            pass
-        absent = []
-        for m, k in keys.items():
-            if eng.take(k) is None:
-                absent.append(m)
-        return absent
+            A.check_all_to_all_v(self._control.allgather(rows, seq, 1, deadline, expired), op)
 
     def _tell_group_rejected(self, op, timeout):
         """This rank rejected its arguments: take part in the agreement with status 1
@@ -285,7 +238,7 @@ class Communicator:
             else:
                 self._fail(e, entry)
             raise
-        plan = self._plan(op, algo, sizes, avg, extra)
+        plan = self._plan(op, algo, sizes, x.itemsize, avg, extra)
         x_flat = np.ascontiguousarray(x).reshape(-1)
         result = out if out is not None else np.empty(out_shape, x.dtype)
         target = result if result.flags.c_contiguous else np.empty(out_shape, x.dtype)
@@ -293,25 +246,29 @@ class Communicator:
         if x_flat.size and out_flat.size and np.shares_memory(x_flat, out_flat):
             x_flat = x_flat.copy()  # in place: keep the input readable throughout
         bufs = make_buffers(x_flat, out_flat, plan.tmp_elems, x.dtype)
-        ex = Execution(self._engine, plan, bufs, self._id, seq, op,
-                       "sum" if avg else reduce_op)
+        eng = self._engine
+        ex = Execution(eng, plan, bufs, self._id, seq, op, "sum" if avg else reduce_op)
         ex.algorithm = algo
         deadline = None if seconds is None else time.monotonic() + seconds
 
         def wait():
             try:
-                self._engine.wait_until(ex.advance, deadline=deadline,
-                                        on_timeout=lambda: self._timeout_error(ex, op, seconds))
+                eng.drive(lambda: ex.done, deadline,
+                          lambda: self._timeout_error(ex, op, seconds),
+                          start=None if async_op else ex)
             except CollectiveTimeoutError as e:
                 self._fail(e, entry, ex)
                 raise
+            if ex.error is not None:
+                self._fail(ex.error, entry, ex)
+                raise ex.error
             if target is not result:
                 result[...] = target
             FlightRecorder.finish(entry)
             return result
 
         if async_op:
-            self._engine.active.append(ex)
+            eng.start(ex)
             return Handle(self, ex, wait)
         return wait()
 
@@ -454,7 +411,8 @@ class Communicator:
         return seconds, (None if seconds is None else time.monotonic() + seconds)
 
     def send(self, x, dst, timeout=None) -> None:
-        """Send ``x`` to ``dst``; returns once its bytes have left this rank."""
+        """Send ``x`` to ``dst``; returns once its bytes have left this rank (copied
+        into the next rank's landing slots, or handed to MPI)."""
         self._ensure_usable()
         x = V.array(x)
         dst = V.rank(dst, self.size, "dst")
@@ -462,8 +420,22 @@ class Communicator:
         n = self._p2p_sent.get(dst, 0)
         self._p2p_sent[dst] = n + 1
         payload = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-        reqs = self._engine.post((self._id, n, -1 - self.rank), self._ranks[dst], payload)
-        first = self.topology.route(self.world_rank, self._ranks[dst])[1:2]
+        eng = self._engine
+        to = self._ranks[dst]
+        per = eng.piece_bytes
+        waiting: list = []
+
+        def posted():
+            if not waiting:
+                for p, (o, ln) in enumerate(pieces(payload.size, per)):
+                    w = eng.send((self._id, n, -1 - self.rank, p), to, payload[o:o + ln],
+                                 payload.size)
+                    if w is not None:
+                        waiting.append(w)
+                waiting.append(None)
+            return all(w is None or w.sent for w in waiting)
+
+        first = self.topology.route(self.world_rank, to)[1:2]
 
         def expired():
             hop = first[0] if first else dst
@@ -472,9 +444,12 @@ class Communicator:
                 f"send (message {n} to rank {dst}) timed out after {seconds:g} s waiting for "
                 f"rank {hop} to take it over {link}")
         try:
-            self._engine.wait_until(lambda: MPI.Request.Testall(reqs), deadline=deadline,
-                                    on_timeout=expired)
+            eng.drive(posted, deadline, expired)
         except CollectiveTimeoutError as e:
+            with eng.lock:
+                for w in waiting:
+                    if w is not None:
+                        w.detach()
             self._fail(e)
             raise
 
@@ -487,8 +462,26 @@ class Communicator:
             raise InvalidArgumentError("out: expected a writeable array, got a read-only array")
         seconds, deadline = self._p2p_deadline(timeout)
         n = self._p2p_recv.get(src, 0)
-        key = (self._id, n, -1 - src)
         eng = self._engine
+        per = eng.piece_bytes
+        tag = (self._id, n, -1 - src)
+        got: dict[int, object] = {}
+        total: list = []
+
+        def arrived():
+            if not total:
+                a = eng.take(tag + (0,))
+                if a is None:
+                    return False
+                got[0] = a
+                total.append(a.total)
+            for p in range(len(pieces(total[0], per))):
+                if p not in got:
+                    a = eng.take(tag + (p,))
+                    if a is None:
+                        return False
+                    got[p] = a
+            return True
 
         def expired():
             path = self.topology.route(self._ranks[src], self.world_rank)
@@ -498,17 +491,26 @@ class Communicator:
                 f"recv (message {n} from rank {src}) timed out after {seconds:g} s waiting "
                 f"for rank {prev} over {link}")
         try:
-            eng.wait_until(lambda: eng.has(key), deadline=deadline, on_timeout=expired)
+            eng.drive(arrived, deadline, expired)
         except CollectiveTimeoutError as e:
             self._fail(e)
             raise
         self._p2p_recv[src] = n + 1
-        data = eng.take(key)
-        if data.nbytes != out.nbytes:
-            raise InvalidArgumentError(
-                f"out: rank {src} sent {data.nbytes} bytes but out holds {out.nbytes} "
-                f"({out.shape} {out.dtype})")
-        out[...] = data.view(out.dtype).reshape(out.shape)
+        with eng.lock:
+            try:
+                if total[0] != out.nbytes:
+                    raise InvalidArgumentError(
+                        f"out: rank {src} sent {total[0]} bytes but out holds {out.nbytes} "
+                        f"({out.shape} {out.dtype})")
+                flat = out.reshape(-1).view(np.uint8) if out.flags.c_contiguous else None
+                staging = flat if flat is not None else np.empty(out.nbytes, np.uint8)
+                for p, (o, ln) in enumerate(pieces(total[0], per)):
+                    staging[o:o + ln] = got[p].data
+                if flat is None:
+                    out[...] = staging.view(out.dtype).reshape(out.shape)
+            finally:
+                for a in got.values():
+                    a.release()
         return out
 
     # --- groups -----------------------------------------------------------------------
@@ -531,28 +533,25 @@ class Communicator:
             flat = [len(gs)] + [v for g in gs for v in [len(g)] + g]
             self._exchange(A.fingerprint("split", self._seq, dig=A.digest(flat)), "split",
                            timeout)
-        else:
-            # everyone must have finished earlier work before MPI's blocking split
-            bar = [self._mcomm.Ibarrier()]
-            self._engine.wait_until(lambda: bar[0] == MPI.REQUEST_NULL, extra=bar)
         self._nsplit += 1
-        sub = self._mcomm.Split(MPI.UNDEFINED if mine is None else mine,
-                                0 if mine is None else gs[mine].index(self.rank))
         if mine is None:
             return None
         return Communicator(self._engine, self.topology, world_groups[mine],
-                            _child_id(self._id, self._nsplit, mine), self.strict, sub,
+                            _child_id(self._id, self._nsplit, mine), self.strict,
                             self._recorder)
 
     def wait_mpi(self, requests) -> None:
-        """Wait for the user's own mpi4py requests while this rank goes on serving
-        and forwarding neuron_mpi traffic (a rank blocked in a plain MPI call cannot
-        forward for other groups)."""
+        """Wait for the user's own mpi4py requests. (The engine's agent forwards and
+        finishes neuron_mpi work meanwhile, so a plain MPI wait would do as well.)"""
         reqs = list(requests)
-        self._engine.wait_until(lambda: MPI.Request.Testall(reqs), extra=reqs)
+        pause = 1e-4
+        while not MPI.Request.Testall(reqs):
+            time.sleep(pause)
+            pause = min(pause * 2, 0.005)
 
     def link_stats(self) -> list[dict]:
-        """What this rank sent since init: one entry per (next hop, link kind)."""
+        """What this rank sent since init: one entry per (next hop, link kind),
+        including the links a shared-memory copy crossed on this rank's behalf."""
         return self._engine.link_stats()
 
 
@@ -601,8 +600,8 @@ def init(instance=None, lnc=None, nodes=None, comm=None, strict=True) -> Communi
     world = comm if comm is not None else MPI.COMM_WORLD
     topo = make_topology(instance, lnc, nodes, ranks=world.Get_size())
     G.check_group(topo, range(topo.size), strict)
-    engine = Engine(world.Dup(), topo)
-    atexit.register(engine.drain)
+    engine = make_engine(world, topo)
+    atexit.register(engine.close)
     _skip_drain_on_uncaught_exception(engine)
-    return Communicator(engine, topo, range(topo.size), 1, strict, engine.comm,
+    return Communicator(engine, topo, range(topo.size), 1, strict,
                         FlightRecorder(engine.rank))

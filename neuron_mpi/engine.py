@@ -1,17 +1,23 @@
-"""The transport: one progress engine per process over a private MPI communicator.
+"""The engine: each rank's emulated CC core.
 
-Every hop is one buffer-based MPI message to a neighbour: a fixed header (int64[8])
-followed by the payload when it is small (up to 32 KiB); a larger payload follows
-in a second message straight from the sender's buffer. The receiver's engine reads the header and either
-keeps the payload for a local consumer (keyed by communicator id, sequence number
-and transfer id) or forwards it one hop further along ``Topology.route``. So a
-rank forwards for groups it is not a member of, as long as it is inside any
-neuron_mpi call; at exit every rank keeps forwarding until all ranks are done
-(``drain``). Nothing is pickled.
+One Engine per process moves the pieces of every collective in flight. It owns the
+transports (shared memory inside the rank's domain, MPI between domains), the
+next-hop table, the inbox of pieces that arrived for this rank, the queue of
+pieces waiting for room, the link ledger and the executions in flight.
 
-Waiting blocks in ``MPI.Request.Waitany`` on the header receive plus the pending
-sends, so an idle rank sleeps in MPI's own progress loop (which yields the CPU when
-oversubscribed) rather than spinning in Python.
+Who runs it. ``progress()`` is called by whichever thread holds the engine's lock:
+
+* the **caller's thread** while it waits in a blocking call (it drives the engine
+  itself, so a blocking collective costs no thread switch);
+* the **agent** thread (``Agent``, started at init) whenever no caller drives: it
+  finishes async collectives while the program computes, forwards pieces that
+  reach this rank over MPI on their way elsewhere, and frees landing slots that a
+  sender waits for. It sleeps in the kernel (a futex) when there is nothing to do.
+
+Waiting. Every transport rings this rank's doorbell (a futex word) when something
+arrives for it; a waiter reads the doorbell, progresses, and sleeps only if the
+doorbell still holds the value it read. With an MPI transport (whose arrivals do
+not ring) the sleeps are short polls with backoff.
 """
 from __future__ import annotations
 
@@ -23,222 +29,415 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-HDR_LEN = 8
-HDR_BYTES = HDR_LEN * 8
-INLINE_MAX = 32 * 1024  # payloads up to this ride in the header's message
-TAG_HDR = 0x4E31
-TAG_DATA = 0x4E32
-K_DATA = 1
-K_WAKE = 2  # wakes a blocked Waitany (watchdogs); carries nothing
+from . import env
+from .kernels import atomics as A
+from .router import NextHops
+from .transport import Arrival, futex, private_arrival
+
+POLL_MIN = 5e-5  # s: first pause when an MPI transport has to be polled
+POLL_MAX = 2e-3
+
+
+class Pending:
+    """A piece posted while the next rank had no room: kept (and posted again) by
+    the engine. ``detach()`` copies its payload, so the sender's buffer is free."""
+
+    __slots__ = ("hop", "header", "payload", "sent", "private")
+
+    def __init__(self, hop, header, payload):
+        self.hop = hop
+        self.header = header
+        self.payload = payload
+        self.sent = False
+        self.private = False
+
+    def detach(self) -> None:
+        if not self.sent and not self.private:
+            self.payload = self.payload.copy()
+            self.private = True
+
+
+class Bell:
+    """A futex word this rank sleeps on: its doorbell in the shared segment, or a
+    private word when there is no segment."""
+
+    def __init__(self, words: np.ndarray, index: int):
+        self.words = words
+        self.index = index
+        self.addr = words.ctypes.data + index * words.itemsize
+
+    def value(self) -> int:
+        return int(A.load(self.words, self.index))
+
+    def ring(self) -> None:
+        A.fetch_add(self.words, self.index, 1)
+        if A.load(self.words, self.index + 1) > 0:
+            futex.wake(self.addr)
+
+    def sleep(self, seen: int, timeout: float | None) -> None:
+        A.fetch_add(self.words, self.index + 1, 1)
+        try:
+            futex.wait(self.addr, seen, timeout)
+        finally:
+            A.fetch_add(self.words, self.index + 1, -1)
+
+
+def _private_bell() -> Bell:
+    return Bell(np.zeros(16, np.int32), 0)
 
 
 class Engine:
-    def __init__(self, comm: MPI.Comm, topo):
+    def __init__(self, comm: MPI.Comm, topo, piece_bytes: int, shm=None, mpi=None):
         self.comm = comm
         self.rank = comm.Get_rank()
         self.topo = topo
-        self._rbuf = np.empty(HDR_BYTES + INLINE_MAX, np.uint8)
-        self._hdr = self._rbuf[:HDR_BYTES].view(np.int64)
-        self._status = MPI.Status()
-        self._hdr_req = comm.Irecv(self._rbuf, MPI.ANY_SOURCE, TAG_HDR)
-        self._stash: dict[tuple, np.ndarray] = {}
-        self._sends: list = []  # [request, keepalive]
-        self.ledger: dict[tuple[int, str], list[int]] = {}
-        self.active: list = []  # executions that progress whenever the engine runs
+        self.piece_bytes = piece_bytes
+        self.shm = shm
+        self.mpi = mpi
+        self.transports = [t for t in (shm, mpi) if t is not None]
+        self.by_name = {t.name: t for t in self.transports}
+        n = topo.size
+        if shm is not None:
+            self._ledger = shm.ledger()
+            local = shm.local
+            self.hops = NextHops(topo, self.rank, shm.members, lambda r: local[r])
+            self._my_row = local[self.rank]
+            self.bell = Bell(*shm.bell())
+            agent_bell = Bell(*shm.agent_bell())
+        else:
+            self._ledger = np.zeros(n * 2, np.int64)
+            self.hops = NextHops(topo, self.rank, (), lambda r: 0)
+            self._my_row = 0
+            self.bell = _private_bell()
+            agent_bell = _private_bell()
+        self.inbox: dict[tuple, Arrival] = {}
+        self.outq: list[Pending] = []
+        self.active: list = []  # executions in flight
+        self.lock = threading.Lock()
+        self.driving = 0  # callers inside drive()
         self.closed = False
-        # the exit barrier runs on its own communicator: a rank that leaves early must
-        # not have its barrier matched against the others' collective calls
-        self._exit_comm = comm.Dup()
-        self.watchdog = Watchdog(self)
         self.threaded = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
+        # the exit barrier runs on its own communicator: a rank that leaves early must
+        # not have its barrier matched against another call
+        self._exit_comm = comm.Dup()
+        self.agent = Agent(self, agent_bell)
+        self.agent.start()
 
-    # --- sending -----------------------------------------------------------------
-    def post(self, key: tuple[int, int, int], dst: int, payload: np.ndarray,
-             origin: int | None = None) -> list:
-        """Send ``payload`` (a contiguous uint8 view) towards world rank ``dst``.
-        Returns the requests of this hop (complete once the bytes left)."""
+    # --- sending --------------------------------------------------------------------
+    def send(self, key, dst: int, payload: np.ndarray, total: int,
+             origin: int | None = None) -> Pending | None:
+        """Move one piece (a contiguous uint8 array of at most ``piece_bytes``)
+        towards world rank ``dst``. Returns None once it is posted (its bytes are
+        copied out of ``payload``), or a Pending the engine posts later. Call with
+        the lock held."""
         origin = self.rank if origin is None else origin
-        if dst == self.rank:
-            self._stash[key] = payload.copy()
-            return []
-        path = self.topo.route(origin, dst)
-        nxt = path[path.index(self.rank) + 1]
-        nbytes = payload.nbytes
-        inline = nbytes <= INLINE_MAX
-        msg = np.empty(HDR_BYTES + (nbytes if inline else 0), np.uint8)
-        msg[:HDR_BYTES].view(np.int64)[:] = (K_DATA, key[0], key[1], key[2], nbytes, dst,
-                                              origin, inline)
-        if inline:
-            msg[HDR_BYTES:] = payload
-        reqs = [self.comm.Isend(msg, nxt, TAG_HDR)]
-        self._sends.append([reqs[0], msg])
-        if not inline:
-            reqs.append(self.comm.Isend(payload, nxt, TAG_DATA))
-            self._sends.append([reqs[1], payload])
-        spec = self.topo.link_between_ranks(self.rank, nxt)
-        entry = self.ledger.setdefault((nxt, spec.kind), [0, 0])
-        entry[0] += nbytes
-        entry[1] += 1
-        return reqs
+        hop = self.hops.decide(origin, dst)
+        header = (key[0], key[1], key[2], key[3], payload.nbytes, total, origin, dst)
+        if hop.transport == "self":
+            self.inbox[key] = private_arrival(header, payload.copy())
+            return None
+        if self.by_name[hop.transport].post(hop.to, header, payload):
+            self._charge(hop, payload.nbytes)
+            return None
+        p = Pending(hop, header, payload)
+        self.outq.append(p)
+        return p
 
-    def wake(self) -> None:
-        """Make a blocked wait on this rank return (safe from another thread)."""
-        hdr = np.array([K_WAKE, 0, 0, 0, 0, self.rank, self.rank, 0], np.int64)
-        self.comm.Send(hdr, self.rank, TAG_HDR)
+    def _charge(self, hop, nbytes: int) -> None:
+        c = hop.charges
+        if len(c) == 2:
+            A.fetch_add(self._ledger, c[0], nbytes)
+            A.fetch_add(self._ledger, c[1], 1)
+        else:
+            vals = np.empty(len(c), np.int64)
+            vals[0::2] = nbytes
+            vals[1::2] = 1
+            A.add_many(self._ledger, np.asarray(c, np.int64), vals)
 
-    # --- receiving ---------------------------------------------------------------
-    def take(self, key) -> np.ndarray | None:
-        return self._stash.pop(key, None)
+    def _flush_outq(self) -> bool:
+        did = False
+        keep = []
+        for p in self.outq:
+            if self.by_name[p.hop.transport].post(p.hop.to, p.header, p.payload):
+                p.sent = True
+                self._charge(p.hop, p.payload.nbytes)
+                did = True
+            else:
+                keep.append(p)
+        self.outq = keep
+        return did
+
+    # --- progress -------------------------------------------------------------------
+    def progress(self) -> bool:
+        """Post what waits for room, take in arrivals (keep or forward), advance the
+        executions in flight. Call with the lock held. True if anything moved."""
+        did = self._flush_outq() if self.outq else False
+        arrivals: list[Arrival] = []
+        for t in self.transports:
+            t.collect(arrivals)
+        me = self.rank
+        for a in arrivals:
+            did = True
+            if a.dst == me:
+                self.inbox[a.key] = a
+            else:
+                self._forward(a)
+        if self.active:
+            still = []
+            for ex in self.active:
+                if ex.done:
+                    continue
+                try:
+                    finished = ex.advance()
+                except Exception as e:  # belongs to that execution; its waiter raises it
+                    ex.fail(e)
+                    finished = True
+                if finished:
+                    did = True
+                else:
+                    still.append(ex)
+            self.active = still
+        if self.shm is not None:
+            self.shm.unblock()
+        return did
+
+    def _forward(self, a: Arrival) -> None:
+        header = (a.key[0], a.key[1], a.key[2], a.key[3], a.data.nbytes, a.total,
+                  a.origin, a.dst)
+        hop = self.hops.decide(a.origin, a.dst)
+        if self.by_name[hop.transport].post(hop.to, header, a.data):
+            self._charge(hop, a.data.nbytes)
+            a.release()
+        else:
+            a.detach()
+            p = Pending(hop, header, a.data)
+            p.private = True
+            self.outq.append(p)
+
+    def take(self, key) -> Arrival | None:
+        return self.inbox.pop(key, None)
 
     def has(self, key) -> bool:
-        return key in self._stash
+        return key in self.inbox
 
-    def _on_header(self) -> None:
-        h = self._hdr.copy()
-        src = self._status.Get_source()
-        nbytes = int(h[4])
-        if h[0] == K_DATA and h[7]:
-            buf = self._rbuf[HDR_BYTES:HDR_BYTES + nbytes].copy()
-        self._hdr_req = self.comm.Irecv(self._rbuf, MPI.ANY_SOURCE, TAG_HDR)
-        if h[0] == K_WAKE:
-            return
-        if not h[7]:
-            buf = np.empty(nbytes, np.uint8)
-            self.comm.Recv(buf, src, TAG_DATA)
-        key = (int(h[1]), int(h[2]), int(h[3]))
-        dst = int(h[5])
-        if dst == self.rank:
-            self._stash[key] = buf
-        else:
-            self.post(key, dst, buf, origin=int(h[6]))
-
-    def _gc_sends(self) -> None:
-        self._sends = [s for s in self._sends if s[0] != MPI.REQUEST_NULL]
-
-    def poll(self) -> None:
-        """Serve whatever has arrived, without blocking."""
-        while self._hdr_req.Test(self._status):
-            self._on_header()
-        if self._sends:
-            MPI.Request.Testsome([s[0] for s in self._sends])
-            self._gc_sends()
-
-    def _advance_active(self) -> None:
-        if self.active:
-            self.active = [ex for ex in self.active if not ex.advance()]
-
-    def wait_until(self, done, extra=None, deadline=None, on_timeout=None) -> None:
-        """Progress (serving and forwarding) until ``done()`` is true. ``extra``:
-        other requests whose completion ``done`` depends on (they wake the wait).
-        ``deadline`` (time.monotonic()): past it, raise ``on_timeout()``."""
-        self.poll()
-        self._advance_active()
-        if done():
-            return
+    # --- waiting --------------------------------------------------------------------
+    def _pause(self, pause: float, deadline) -> float | None:
+        """How long the next sleep may last: a poll interval with an MPI transport to
+        poll, capped by the deadline; None = until rung."""
+        t = pause if self.mpi is not None else None
         if deadline is not None:
-            self.watchdog.arm(deadline)
-        try:
-            self._wait_loop(done, extra, deadline, on_timeout)
-        finally:
-            if deadline is not None:
-                self.watchdog.disarm()
+            left = max(0.0, deadline - time.monotonic())
+            t = left if t is None else min(t, left)
+        return t
 
-    def _wait_loop(self, done, extra, deadline, on_timeout) -> None:
-        while not done():
-            if deadline is not None and time.monotonic() >= deadline:
-                raise on_timeout()
-            ext = [r for r in (extra or ()) if r != MPI.REQUEST_NULL]
-            reqs = [self._hdr_req] + ext + [s[0] for s in self._sends]
-            if deadline is not None and not self.threaded:
-                # no MPI_THREAD_MULTIPLE, so no watchdog: poll with short sleeps
-                idx, flag = MPI.Request.Testany(reqs, self._status)
-                if not flag:
-                    time.sleep(0.0005)
-                    continue
-            else:
-                idx = MPI.Request.Waitany(reqs, self._status)
-            if idx == 0:
-                self._on_header()
-            elif idx != MPI.UNDEFINED and idx > len(ext):
-                self._sends[idx - 1 - len(ext)][0] = MPI.REQUEST_NULL
-                self._gc_sends()
-            self.poll()
-            self._advance_active()
+    def drive(self, done, deadline=None, on_timeout=None, start=None) -> None:
+        """Progress on the calling thread until ``done()`` (called with the lock
+        held) is true; past ``deadline`` (time.monotonic()) raise ``on_timeout()``.
+        ``start``: an execution to put in flight first."""
+        self.driving += 1
+        try:
+            with self.lock:
+                if start is not None:
+                    self.active.append(start)
+                pause = POLL_MIN
+                while True:
+                    seen = self.bell.value()
+                    moved = self.progress()
+                    if done():
+                        return
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise on_timeout()
+                    if moved:
+                        pause = POLL_MIN
+                        continue
+                    self.bell.sleep(seen, self._pause(pause, deadline))
+                    pause = min(pause * 2, POLL_MAX)
+        finally:
+            self.driving -= 1
+            if self.background():
+                self.agent.poke()
+
+    def background(self) -> bool:
+        """Work the agent must do while no caller drives: executions in flight,
+        pieces waiting for room, an MPI transport to poll (pieces to forward), or
+        a sender waiting for one of this rank's landing slots."""
+        return bool(self.active or self.outq or self.mpi is not None
+                    or (self.shm is not None and self.shm.wanted()))
+
+    def cancel(self, ex, err: BaseException) -> None:
+        """Take a failed or abandoned execution out of flight."""
+        with self.lock:
+            if ex in self.active:
+                self.active.remove(ex)
+            if not ex.done:
+                ex.fail(err)
+
+    def start(self, ex) -> None:
+        """Put an execution in flight; the agent (or any waiter) advances it."""
+        with self.lock:
+            self.active.append(ex)
+            self.progress()
+        self.agent.poke()
+        self.bell.ring()
+
+    def try_progress(self) -> None:
+        """One non-blocking round of progress (async handles' test())."""
+        if self.lock.acquire(blocking=False):
+            try:
+                self.progress()
+            finally:
+                self.lock.release()
 
     def sends_pending(self) -> bool:
-        self.poll()
-        return bool(self._sends)
+        return bool(self.outq) or any(t.pending() for t in self.transports)
 
-    def drain(self, timeout: float | None = None) -> None:
-        """Keep forwarding until every rank has arrived here and this rank's own
-        sends are out (registered with atexit). Gives up after ``timeout`` seconds
-        (default NEURON_MPI_TIMEOUT or 60): the others are then stuck waiting for this
-        rank, and their own deadlines end the job."""
+    # --- the link ledger --------------------------------------------------------------
+    def link_stats(self) -> list[dict]:
+        n = self.topo.size
+        row = self._ledger[self._my_row * n * 2:(self._my_row + 1) * n * 2].reshape(n, 2)
+        out = []
+        for dst in np.flatnonzero(row[:, 1]).tolist():
+            spec = self.topo.link_between_ranks(self.rank, dst)
+            out.append({"src": self.rank, "dst": dst, "link": spec.kind if spec else "none",
+                        "bytes": int(row[dst, 0]), "messages": int(row[dst, 1])})
+        return out
+
+    # --- exit -----------------------------------------------------------------------
+    def close(self, timeout: float | None = None) -> None:
+        """At exit (atexit): post what is left, wait at a barrier of every rank
+        while the agent goes on serving (forwarding, freeing slots), then stop the
+        agent and unmap. Gives up after ``timeout`` seconds (NEURON_MPI_TIMEOUT):
+        the others are then stuck waiting for this rank, and their own deadlines
+        end the job."""
         if self.closed or MPI.Is_finalized():
+            self.agent.stop()
             return
         self.closed = True
         if timeout is None:
             try:
-                timeout = float(os.environ.get("NEURON_MPI_TIMEOUT") or 60.0)
-            except ValueError:
-                timeout = 60.0
-        deadline = time.monotonic() + timeout if timeout > 0 else None
-        barrier = [self._exit_comm.Ibarrier()]
+                timeout = env.timeout_seconds()
+            except Exception:
+                timeout = env.DEFAULT_TIMEOUT
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ok = True
         try:
-            self.wait_until(lambda: barrier[0] == MPI.REQUEST_NULL and not self.sends_pending(),
-                            extra=barrier, deadline=deadline, on_timeout=_DrainTimeout)
+            self.drive(lambda: not self.outq, deadline, _DrainTimeout)
+            ok = self.mpi is None or self.mpi.flush(deadline)
+            if ok:
+                barrier = self._exit_comm.Ibarrier()
+                pause = 1e-4
+                while not barrier.Test():
+                    if deadline is not None and time.monotonic() >= deadline:
+                        ok = False
+                        break
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.01)
         except _DrainTimeout:
+            ok = False
+        if not ok:
             print(f"[rank {self.rank}] neuron_mpi: at exit, other ranks did not finish "
                   f"within {timeout:g} s; leaving without them", file=sys.stderr, flush=True)
+            self.agent.stop()
             return
-        self._hdr_req.Cancel()
-        self._hdr_req.Wait()
-
-    def link_stats(self) -> list[dict]:
-        return [{"src": self.rank, "dst": dst, "link": kind, "bytes": b, "messages": m}
-                for (dst, kind), (b, m) in sorted(self.ledger.items())]
+        self.agent.stop()
+        for t in self.transports:
+            t.close()
 
 
 class _DrainTimeout(Exception):
     pass
 
 
-class Watchdog:
-    """Wakes the engine's blocked wait at a deadline: a thread that sleeps on a
-    condition and, when the deadline passes, sends the rank a header-only message
-    to itself (MPI is initialised with MPI_THREAD_MULTIPLE by mpi4py)."""
+class Agent(threading.Thread):
+    """The CC core: progresses the engine whenever no caller drives it, and sleeps
+    on the doorbell when there is nothing to do (on its own word while a caller
+    drives). Exceptions of an execution are stored in it for its waiter."""
 
-    def __init__(self, engine: Engine):
-        self._engine = engine
-        self._cond = threading.Condition()
-        self._deadline = None
-        self._thread = None
+    def __init__(self, engine: Engine, bell: Bell):
+        super().__init__(name="neuron_mpi-agent", daemon=True)
+        self.engine = engine
+        self.word = bell
+        self._halt = False
 
-    def arm(self, deadline: float) -> None:
-        with self._cond:
-            self._deadline = deadline
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="neuron_mpi-watchdog",
-                                                daemon=True)
-                self._thread.start()
-            self._cond.notify()
+    def poke(self) -> None:
+        self.word.ring()
 
-    def disarm(self) -> None:
-        with self._cond:
-            self._deadline = None
+    def stop(self) -> None:
+        if not self.is_alive():
+            return
+        self._halt = True
+        self.poke()
+        self.engine.bell.ring()
+        if threading.current_thread() is not self:
+            self.join(timeout=5)
 
-    def _run(self) -> None:
-        with self._cond:
-            while True:
-                if self._deadline is None:
-                    self._cond.wait()
+    def run(self) -> None:
+        eng = self.engine
+        mpi_ok = eng.mpi is None or eng.threaded
+        pause = POLL_MIN
+        try:
+            while not self._halt:
+                parked = self.word.value()
+                if eng.driving or not mpi_ok or not eng.background():
+                    self.word.sleep(parked, None)
                     continue
-                left = self._deadline - time.monotonic()
-                if left > 0:
-                    self._cond.wait(left)
+                if not eng.lock.acquire(timeout=0.05):
                     continue
-                self._deadline = None
                 try:
-                    self._engine.wake()
-                except Exception:  # MPI already finalized: nothing left to wake
-                    return
+                    if eng.driving:
+                        continue
+                    seen = eng.bell.value()
+                    moved = eng.progress()
+                finally:
+                    eng.lock.release()
+                if moved:
+                    pause = POLL_MIN
+                    continue
+                if self._halt or eng.driving:
+                    continue
+                eng.bell.sleep(seen, pause if eng.mpi is not None else None)
+                pause = min(pause * 2, POLL_MAX)
+        except BaseException as e:  # never die silently: the waiters would hang
+            if not MPI.Is_finalized() and not self._halt:
+                print(f"[rank {eng.rank}] neuron_mpi agent stopped: {type(e).__name__}: {e}",
+                      file=sys.stderr, flush=True)
+                os._exit(70)
+
+
+def make_engine(world: MPI.Comm, topo) -> Engine:
+    """The engine of this process for ``world`` (collective over it): the shared
+    segment of this rank's domain unless NEURON_MPI_TRANSPORT=mpi, MPI for the rest."""
+    from .transport.mpi import MpiTransport
+    from .transport.segment import Segment
+    from .transport.shm import ShmTransport
+
+    comm = world.Dup()
+    kind = env.transport()
+    slots, kib = env.shm_slots(), env.shm_slot_kib()
+    # the piece size must be the same on every rank: take the largest asked for
+    want = np.array([slots, kib], np.int64)
+    agreed = np.empty_like(want)
+    comm.Allreduce(want, agreed, op=MPI.MAX)
+    slots, kib = int(agreed[0]), int(agreed[1])
+    piece = kib * 1024
+    shm = None
+    rank = comm.Get_rank()
+    if kind == "auto" and futex.available():
+        host = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+        if env.shm_domain() == "node":
+            dom = host.Split(topo.placement(rank).node, rank)
+            host.Free()
+        else:
+            dom = host
+        members = np.empty(dom.Get_size(), np.int64)
+        dom.Allgather(np.array([rank], np.int64), members)
+        if dom.Get_size() > 1:
+            seg = Segment(dom, members.tolist(), topo.size, slots, piece)
+            shm = ShmTransport(seg, rank)
+        dom.Free()
+    everyone_local = shm is not None and len(shm.members) == topo.size
+    all_local = np.array([1 if everyone_local else 0], np.int64)
+    agreed1 = np.empty_like(all_local)
+    comm.Allreduce(all_local, agreed1, op=MPI.MIN)
+    mpi = None if agreed1[0] == 1 else MpiTransport(comm)
+    return Engine(comm, topo, piece, shm, mpi)

@@ -8,8 +8,8 @@ MODE: exit0 (sys.exit(0)), exit1 (sys.exit(1)), os_exit (os._exit(0)), abort
 WHEN: before -- the rank dies right before an all_reduce the others are already
 in; mid -- the rank dies inside the all_reduce (forced to the ring algorithm), in its
 second reduction round, after it sent that round's data and before it sends the next
-(its reduction kernel is patched to die on the second call), so the others wait for
-data from it.
+(the reduction kernels it gets from ``kernels.reducer`` are patched to die on the
+second call), so the others wait for data from it.
 RANK: the rank that dies (default 2). The others run the all_reduce without
 catching anything, as a user program would. NEURON_MPI_TIMEOUT bounds their wait.
 """
@@ -56,15 +56,19 @@ def main():
             die()
         elif WHEN == "mid":
             from neuron_mpi import kernels
-            real = kernels.reduce_into
+            real = kernels.reducer
             calls = [0]
 
-            def dying(dst, src, op):
-                calls[0] += 1
-                if calls[0] >= 2:
-                    die()
-                return real(dst, src, op)
-            kernels.reduce_into = dying
+            def dying_reducer(op, dtype):
+                kernel = real(op, dtype)
+
+                def dying(dst, src):
+                    calls[0] += 1
+                    if calls[0] >= 2:
+                        die()
+                    return kernel(dst, src)
+                return dying
+            kernels.reducer = dying_reducer
         else:
             raise SystemExit(f"die.py: unknown WHEN {WHEN}")
     y = comm.all_reduce(x, algorithm="ring")  # n - 1 reduce rounds, then n - 1 copies

@@ -1,0 +1,150 @@
+"""The control plane: the all-gather of small int64 vectors a group needs before
+data moves (argument fingerprints, all-to-all-v count rows) and the census that
+names absent members after a timeout.
+
+Two ways, on the same engine as the data:
+
+* **board**: every member shares this rank's shared-memory segment. Each writes
+  its vector in its row of the communicator's board and bumps an arrival counter;
+  the last to arrive wakes the others (one futex wake). The census reads the board.
+* **routed**: otherwise. The vectors travel as an all-gather schedule through the
+  engine (shared memory where it can, MPI between domains), under control keys
+  that never meet data keys; the census sends an empty piece to every member.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .errors import CollectiveTimeoutError
+from .executor import Execution, Plan
+from .transport.segment import FP_WORDS
+
+CENSUS_WAIT = 1.0  # s: how long the census listens after a timeout
+
+
+def _control_algorithm(view) -> str:
+    """Few rounds and few pieces per rank: the control vectors are tiny."""
+    if view.node_symmetric:
+        return "hierarchical"
+    if view.rdh_ok:
+        return "rdh"
+    return "ring"
+
+
+class Control:
+    """The control plane of one communicator."""
+
+    def __init__(self, comm):
+        self.comm = comm
+        self._resolved = False
+        self._b = None
+        self._parity = 0
+
+    @property
+    def _board(self):
+        """The communicator's board, claimed on first use; None: routed."""
+        if not self._resolved:
+            self._resolved = True
+            comm = self.comm
+            shm = comm._engine.shm
+            if shm is not None and comm.size > 1 and all(r in shm.local for r in comm.ranks):
+                self._b = shm.board(comm._id, comm.size)
+        return self._b
+
+    @property
+    def on_board(self) -> bool:
+        return self._board is not None
+
+    def allgather(self, vec: np.ndarray, seq: int, which: int, deadline, expired) -> np.ndarray:
+        """(group size, len(vec)) table of every member's ``vec`` (int64). ``which``
+        tells two exchanges of one call apart. Past ``deadline`` raises
+        ``expired()`` (a CollectiveTimeoutError) with the absent members named."""
+        vec = np.ascontiguousarray(vec, np.int64).reshape(-1)
+        if self._board is not None and vec.size <= FP_WORDS:
+            return self._on_board(vec, seq, deadline, expired)
+        return self._routed(vec, seq, which, deadline, expired)
+
+    # --- board ------------------------------------------------------------------------
+    def _on_board(self, vec, seq, deadline, expired):
+        b = self._board
+        p = self._parity
+        target = b.arrive(p, self.comm.rank, vec)
+        while not b.ready(p, target):
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise self._named(expired(), self._absent_on_board(seq, p))
+            b.wait(p, target, left)
+        table = b.table(p)[:, :vec.size]
+        b.done(p)
+        self._parity ^= 1
+        return table
+
+    def _absent_on_board(self, seq, p) -> list[int]:
+        from .agree import SEQ
+        t = self._board.table(p)
+        return [m for m in range(self.comm.size) if t[m, SEQ] != seq]
+
+    # --- routed -----------------------------------------------------------------------
+    def _routed(self, vec, seq, which, deadline, expired):
+        from .algorithms.select import schedule_for
+
+        comm = self.comm
+        eng = comm._engine
+        n = comm.size
+        cseq = -(2 * seq + which) - 1  # control keys: negative call numbers
+        sched = schedule_for(comm._view, "all_gather", _control_algorithm(comm._view),
+                             (vec.size,) * n)
+        plan = Plan(sched, comm._view, comm.rank, 8, eng.piece_bytes)
+        out = np.empty(n * vec.size, np.int64)
+        ex = Execution(eng, plan, {"in": vec, "out": out, "tmp": np.empty(plan.tmp_elems,
+                                                                          np.int64)},
+                       comm._id, cseq, "agreement")
+        try:
+            eng.drive(lambda: ex.done, deadline, expired, start=ex)
+        except CollectiveTimeoutError as err:
+            eng.cancel(ex, err)
+            raise self._named(err, self._census(seq))
+        if ex.error is not None:
+            raise ex.error
+        return out.reshape(n, vec.size)
+
+    def _census(self, seq: int) -> list[int]:
+        """Every member that is here tells every other one (an empty piece through
+        the engine); the ones not heard from within CENSUS_WAIT seconds are named."""
+        comm = self.comm
+        eng = comm._engine
+        empty = np.empty(0, np.uint8)
+        me = comm.rank
+        keys = {m: (comm._id, seq, -1_000_000 - m, 0) for m in range(comm.size) if m != me}
+
+        def post_and_check():
+            if not posted:
+                for m in keys:
+                    eng.send((comm._id, seq, -1_000_000 - me, 0), comm.ranks[m], empty, 0)
+                posted.append(True)
+            return all(eng.has(k) for k in keys.values())
+
+        posted: list = []
+        try:
+            eng.drive(post_and_check, time.monotonic() + CENSUS_WAIT, TimeoutError)
+        except TimeoutError:
+            pass
+        absent = []
+        with eng.lock:
+            for m, k in keys.items():
+                a = eng.take(k)
+                if a is None:
+                    absent.append(m)
+                else:
+                    a.release()
+        return absent
+
+    @staticmethod
+    def _named(err, absent):
+        from .agree import ranks_text
+        if absent:
+            err.args = (f"{err.args[0]}; not heard from: rank {ranks_text(absent)}",)
+            err.absent = absent
+        return err

@@ -83,14 +83,17 @@ def divide_into(dst: np.ndarray, n: int) -> None:
 def warm() -> int:
     """Compile, or load from numba's disk cache, every specialisation.
 
-    Covers each op x dtype of reduce_into and each dtype of divide_into, and the
-    transport's atomics; returns how many specialisations that is (4 * 14 + 14 =
-    70, plus atomics.warm()'s).  Run it once before starting many ranks so that
-    they all load from the cache.
+    Covers each op x dtype of reduce_into and each dtype of divide_into, the
+    transport's atomics and its compiled data plane; returns how many
+    specialisations that is (4 * 14 + 14 = 70, plus atomics.warm()'s and the data
+    plane's).  Run it once before starting many ranks so that they all load from
+    the cache.
     """
+    from neuron_mpi.transport import native
+
     from . import atomics
 
-    count = atomics.warm()
+    count = atomics.warm() + native.warm()
     for dt in DTYPES.values():
         for op in REDUCE_OPS:
             reduce_into(np.zeros(1, dt), np.zeros(1, dt), op)

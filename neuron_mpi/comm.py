@@ -33,6 +33,7 @@ from .engine import make_engine
 from .errors import (CollectiveTimeoutError, CommunicatorFailedError,
                      InvalidArgumentError, NeuronMPIError, TopologyError)
 from .executor import Execution, Plan, make_buffers, pieces
+from .kernels import dtype_name
 from .recorder import FlightRecorder
 from .topology import topology as make_topology
 
@@ -125,12 +126,13 @@ class Communicator:
                 f"{self.topology.instance} LNC={self.topology.lnc}>")
 
     # --- running a schedule -------------------------------------------------------
-    def _plan(self, op, algorithm, sizes, itemsize, avg=False, extra=None):
-        key = (op, algorithm, sizes, itemsize, avg, extra)
+    def _plan(self, op, algorithm, sizes, dtype, avg=False, extra=None):
+        key = (op, algorithm, sizes, dtype, avg, extra)
         plan = self._plans.get(key)
         if plan is None:
             sched = schedule_for(self._view, op, algorithm, sizes, avg, extra)
-            plan = Plan(sched, self._view, self.rank, itemsize, self._engine.piece_bytes)
+            plan = Plan(sched, self._view, self.rank, dtype.itemsize, self._engine.piece_bytes,
+                        self._engine, dtype_name(dtype))
             if len(self._plans) > 64:
                 self._plans.clear()
             self._plans[key] = plan
@@ -161,12 +163,7 @@ class Communicator:
         seq = int(fp[A.SEQ])
 
         def expired():
-            err = CollectiveTimeoutError(
-                f"{op} (call {seq} on this communicator): no agreement on the "
-                f"arguments within {seconds:g} s: some of the {self.size} ranks have not "
-                "called it (a rank exited, skipped the call, or is stuck elsewhere)")
-            err.waiting_for = "argument agreement"
-            return err
+            return self._agreement_timeout(op, seq, seconds)
 
         A.compare(self._control.allgather(fp, seq, 0, deadline, expired), op, seq)
         if rows is not None:
@@ -218,45 +215,54 @@ class Communicator:
         nbytes = max(int(x.nbytes), int(np.prod(out_shape, dtype=np.int64)) * x.itemsize)
         algo = choose(op, self._view, algorithm, nbytes)
         seconds = _timeout_seconds(timeout)
+        deadline = None if seconds is None else time.monotonic() + seconds
         seq = self._seq + 1
         count = int(x.size) if fp_count is None else fp_count
         entry = self._recorder.start(self._id, seq, op, algo, count, str(x.dtype), self.size)
         self._seq = seq
+        eng = self._engine
+        plan = self._plan(op, algo, sizes, x.dtype, avg, extra)
+        agreement = None
         try:
             if _checking() and self.size > 1:
                 root = extra if op == "broadcast" else -1
                 fp = A.fingerprint(op, seq, count, x.dtype, reduce_op if op in (
                     "all_reduce", "reduce_scatter", "reduce_scatter_v") else None,
                     root, dig, algo)
-                self._exchange(fp, op, timeout, rows)
+                if (not async_op and rows is None and plan.native is not None
+                        and eng.solo()):
+                    # one compiled run: the agreement, then the data
+                    agreement = self._control.board_agreement(fp, op, seq)
+                if agreement is None:
+                    self._exchange(fp, op, timeout, rows)
         except NeuronMPIError as e:
-            e.agreed = True
-            if isinstance(e, InvalidArgumentError):
-                # a member rejected its own arguments: nothing moved, and that rank
-                # keeps the communicator, so the others do too
-                FlightRecorder.fail(entry, e)
-            else:
-                self._fail(e, entry)
-            raise
-        plan = self._plan(op, algo, sizes, x.itemsize, avg, extra)
+            self._agreement_failed(e, entry)
         x_flat = np.ascontiguousarray(x).reshape(-1)
         result = out if out is not None else np.empty(out_shape, x.dtype)
         target = result if result.flags.c_contiguous else np.empty(out_shape, x.dtype)
         out_flat = target.reshape(-1)
-        if x_flat.size and out_flat.size and np.shares_memory(x_flat, out_flat):
+        if x_flat.size and out_flat.size and np.may_share_memory(x_flat, out_flat) and \
+                np.shares_memory(x_flat, out_flat):
             x_flat = x_flat.copy()  # in place: keep the input readable throughout
         bufs = make_buffers(x_flat, out_flat, plan.tmp_elems, x.dtype)
-        eng = self._engine
-        ex = Execution(eng, plan, bufs, self._id, seq, op, "sum" if avg else reduce_op)
+        ex = Execution(eng, plan, bufs, self._id, seq, op, "sum" if avg else reduce_op,
+                       agreement)
         ex.algorithm = algo
-        deadline = None if seconds is None else time.monotonic() + seconds
+
+        def on_timeout():
+            if ex.agreeing:
+                err = self._agreement_timeout(op, seq, seconds)
+                return self._control._named(err, agreement.absent())
+            return self._timeout_error(ex, op, seconds)
 
         def wait():
             try:
-                eng.drive(lambda: ex.done, deadline,
-                          lambda: self._timeout_error(ex, op, seconds),
+                eng.drive(lambda: ex.done, deadline, on_timeout,
                           start=None if async_op else ex)
-            except CollectiveTimeoutError as e:
+            except NeuronMPIError as e:
+                if agreement is not None and not agreement.finished or ex.agreeing:
+                    eng.cancel(ex, e)
+                    self._agreement_failed(e, entry)
                 self._fail(e, entry, ex)
                 raise
             if ex.error is not None:
@@ -271,6 +277,25 @@ class Communicator:
             eng.start(ex)
             return Handle(self, ex, wait)
         return wait()
+
+    def _agreement_failed(self, e, entry):
+        """The agreement failed before any data moved: raise ``e`` on every member."""
+        e.agreed = True
+        if isinstance(e, InvalidArgumentError):
+            # a member rejected its own arguments: nothing moved, and that rank
+            # keeps the communicator, so the others do too
+            FlightRecorder.fail(entry, e)
+        else:
+            self._fail(e, entry)
+        raise e
+
+    def _agreement_timeout(self, op, seq, seconds):
+        err = CollectiveTimeoutError(
+            f"{op} (call {seq} on this communicator): no agreement on the "
+            f"arguments within {seconds:g} s: some of the {self.size} ranks have not "
+            "called it (a rank exited, skipped the call, or is stuck elsewhere)")
+        err.waiting_for = "argument agreement"
+        return err
 
     def algorithm_for(self, op: str, algorithm=None, nbytes: int | None = None) -> str:
         """The algorithm ``op`` would run with on this group for a buffer of
@@ -465,22 +490,37 @@ class Communicator:
         eng = self._engine
         per = eng.piece_bytes
         tag = (self._id, n, -1 - src)
-        got: dict[int, object] = {}
-        total: list = []
+        flat = out.reshape(-1).view(np.uint8) if out.flags.c_contiguous else None
+        staging = flat if flat is not None else np.empty(out.nbytes, np.uint8)
+        state = {"total": None, "next": 0, "todo": None}
 
         def arrived():
-            if not total:
-                a = eng.take(tag + (0,))
-                if a is None:
-                    return False
-                got[0] = a
-                total.append(a.total)
-            for p in range(len(pieces(total[0], per))):
-                if p not in got:
-                    a = eng.take(tag + (p,))
+            # each piece is copied out as soon as it is here: a landing slot is never
+            # held while later pieces of the same message wait for room
+            while state["todo"] is None or state["todo"]:
+                if state["todo"] is None:
+                    a = eng.take(tag + (0,))
                     if a is None:
                         return False
-                    got[p] = a
+                    state["total"] = a.total
+                    state["todo"] = list(range(len(pieces(a.total, per))))
+                    got = {0: a}
+                else:
+                    got = {}
+                for p in state["todo"]:
+                    if p not in got:
+                        a = eng.take(tag + (p,))
+                        if a is None:
+                            continue
+                        got[p] = a
+                for p, a in got.items():
+                    if state["total"] == out.nbytes:
+                        o = p * per
+                        staging[o:o + a.data.nbytes] = a.data
+                    a.release()
+                    state["todo"].remove(p)
+                if state["todo"]:
+                    return False
             return True
 
         def expired():
@@ -496,21 +536,12 @@ class Communicator:
             self._fail(e)
             raise
         self._p2p_recv[src] = n + 1
-        with eng.lock:
-            try:
-                if total[0] != out.nbytes:
-                    raise InvalidArgumentError(
-                        f"out: rank {src} sent {total[0]} bytes but out holds {out.nbytes} "
-                        f"({out.shape} {out.dtype})")
-                flat = out.reshape(-1).view(np.uint8) if out.flags.c_contiguous else None
-                staging = flat if flat is not None else np.empty(out.nbytes, np.uint8)
-                for p, (o, ln) in enumerate(pieces(total[0], per)):
-                    staging[o:o + ln] = got[p].data
-                if flat is None:
-                    out[...] = staging.view(out.dtype).reshape(out.shape)
-            finally:
-                for a in got.values():
-                    a.release()
+        if state["total"] != out.nbytes:
+            raise InvalidArgumentError(
+                f"out: rank {src} sent {state['total']} bytes but out holds {out.nbytes} "
+                f"({out.shape} {out.dtype})")
+        if flat is None:
+            out[...] = staging.view(out.dtype).reshape(out.shape)
         return out
 
     # --- groups -----------------------------------------------------------------------

@@ -66,6 +66,14 @@ class Control:
             return self._on_board(vec, seq, deadline, expired)
         return self._routed(vec, seq, which, deadline, expired)
 
+    def board_agreement(self, fp: np.ndarray, op: str, seq: int):
+        """The agreement on ``fp`` as a step of a compiled execution (see
+        BoardAgreement), or None when this communicator has no board."""
+        b = self._board
+        if b is None or fp.size > FP_WORDS:
+            return None
+        return BoardAgreement(self, b, np.ascontiguousarray(fp, np.int64), op, seq)
+
     # --- board ------------------------------------------------------------------------
     def _on_board(self, vec, seq, deadline, expired):
         b = self._board
@@ -96,7 +104,7 @@ class Control:
         cseq = -(2 * seq + which) - 1  # control keys: negative call numbers
         sched = schedule_for(comm._view, "all_gather", _control_algorithm(comm._view),
                              (vec.size,) * n)
-        plan = Plan(sched, comm._view, comm.rank, 8, eng.piece_bytes)
+        plan = Plan(sched, comm._view, comm.rank, 8, eng.piece_bytes, eng, "int64")
         out = np.empty(n * vec.size, np.int64)
         ex = Execution(eng, plan, {"in": vec, "out": out, "tmp": np.empty(plan.tmp_elems,
                                                                           np.int64)},
@@ -148,3 +156,40 @@ class Control:
             err.args = (f"{err.args[0]}; not heard from: rank {ranks_text(absent)}",)
             err.absent = absent
         return err
+
+
+class BoardAgreement:
+    """The board agreement of one call, run by the compiled data plane before the
+    call's first step (transport.native._agreement): the same board, parity and
+    target the Python path (Control._on_board) would use, so either can run it."""
+
+    def __init__(self, control: Control, board, fp, op: str, seq: int):
+        p = control._parity
+        self.control = control
+        self.board = board
+        self.parity = p
+        self.counter = board.counters[p]
+        self.table = board.tables[p]
+        self.member = control.comm.rank
+        self.size = board.size
+        self.fp = fp
+        self.target = board.size * (board.uses[p] + 1)
+        self.op = op
+        self.seq = seq
+        self.finished = False
+
+    def finish(self) -> None:
+        """Every member has arrived: the parity turns over, as on the Python path."""
+        self.finished = True
+        self.board.done(self.parity)
+        self.control._parity ^= 1
+
+    def raise_mismatch(self):
+        from .agree import compare
+        from .errors import CollectiveMismatchError
+
+        compare(self.board.table(self.parity)[:, :self.fp.size], self.op, self.seq)
+        raise CollectiveMismatchError(f"{self.op} (call {self.seq}): fingerprints differ")
+
+    def absent(self) -> list[int]:
+        return self.control._absent_on_board(self.seq, self.parity)

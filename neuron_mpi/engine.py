@@ -33,6 +33,7 @@ from . import env
 from .kernels import atomics as A
 from .router import NextHops
 from .transport import Arrival, futex, private_arrival
+from .transport.native import TIMEOUT
 
 POLL_MIN = 5e-5  # s: first pause when an MPI transport has to be polled
 POLL_MAX = 2e-3
@@ -95,6 +96,8 @@ class Engine:
         self.shm = shm
         self.mpi = mpi
         self.transports = [t for t in (shm, mpi) if t is not None]
+        from .transport import native
+        self.native = shm is not None and native.SUPPORTED
         self.by_name = {t.name: t for t in self.transports}
         n = topo.size
         if shm is not None:
@@ -173,15 +176,12 @@ class Engine:
         executions in flight. Call with the lock held. True if anything moved."""
         did = self._flush_outq() if self.outq else False
         arrivals: list[Arrival] = []
-        for t in self.transports:
-            t.collect(arrivals)
-        me = self.rank
-        for a in arrivals:
+        if self.mpi is not None:  # pieces pass through this rank only across domains
+            for t in self.transports:
+                t.collect(arrivals)
+        if arrivals:
             did = True
-            if a.dst == me:
-                self.inbox[a.key] = a
-            else:
-                self._forward(a)
+            self._file(arrivals)
         if self.active:
             still = []
             for ex in self.active:
@@ -189,17 +189,33 @@ class Engine:
                     continue
                 try:
                     finished = ex.advance()
-                except Exception as e:  # belongs to that execution; its waiter raises it
+                except BaseException as e:  # belongs to that execution; its waiter raises it
                     ex.fail(e)
                     finished = True
+                    if not isinstance(e, Exception) and \
+                            threading.current_thread() is threading.main_thread():
+                        self.active = [a for a in self.active if not a.done]
+                        raise  # SystemExit, KeyboardInterrupt: the program's own
                 if finished:
                     did = True
                 else:
                     still.append(ex)
             self.active = still
         if self.shm is not None:
-            self.shm.unblock()
+            stuck: list[Arrival] = []
+            self.shm.unblock(stuck)
+            if stuck:
+                did = True
+                self._file(stuck)
         return did
+
+    def _file(self, arrivals) -> None:
+        me = self.rank
+        for a in arrivals:
+            if a.dst == me:
+                self.inbox[a.key] = a
+            else:
+                self._forward(a)
 
     def _forward(self, a: Arrival) -> None:
         header = (a.key[0], a.key[1], a.key[2], a.key[3], a.data.nbytes, a.total,
@@ -215,10 +231,19 @@ class Engine:
             self.outq.append(p)
 
     def take(self, key) -> Arrival | None:
-        return self.inbox.pop(key, None)
+        """The piece with this key, if it has arrived (call with the lock held)."""
+        a = self.inbox.pop(key, None)
+        if a is None and self.shm is not None:
+            a = self.shm.take(key)
+        return a
 
     def has(self, key) -> bool:
-        return key in self.inbox
+        if key in self.inbox:
+            return True
+        if self.shm is not None:
+            a = self.shm.take(key)
+            return a is not None
+        return False
 
     # --- waiting --------------------------------------------------------------------
     def _pause(self, pause: float, deadline) -> float | None:
@@ -237,25 +262,44 @@ class Engine:
         self.driving += 1
         try:
             with self.lock:
-                if start is not None:
-                    self.active.append(start)
-                pause = POLL_MIN
-                while True:
-                    seen = self.bell.value()
-                    moved = self.progress()
-                    if done():
-                        return
-                    if deadline is not None and time.monotonic() >= deadline:
-                        raise on_timeout()
-                    if moved:
-                        pause = POLL_MIN
-                        continue
-                    self.bell.sleep(seen, self._pause(pause, deadline))
-                    pause = min(pause * 2, POLL_MAX)
+                try:
+                    self._drive(done, deadline, on_timeout, start)
+                except BaseException as e:
+                    if start is not None and not start.done and not isinstance(e, Exception):
+                        start.fail(e)  # nobody may run it further
+                    raise
         finally:
             self.driving -= 1
             if self.background():
                 self.agent.poke()
+
+    def _drive(self, done, deadline, on_timeout, start) -> None:
+        if start is not None:
+            self.active.append(start)
+        pause = POLL_MIN
+        while True:
+            if (start is not None and start.plan.native is not None and not start.done
+                    and len(self.active) == 1 and not self.outq and not self.inbox
+                    and self.mpi is None):
+                # the only work in flight: run it compiled, to its end
+                if start.run(deadline) == TIMEOUT:
+                    raise on_timeout()
+            seen = self.bell.value()
+            moved = self.progress()
+            if done():
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise on_timeout()
+            if moved:
+                pause = POLL_MIN
+                continue
+            if start is not None and start.agreeing:
+                # the board's counter, not the doorbell, moves: poll it
+                self.bell.sleep(seen, min(pause, 1e-3) if deadline is None else
+                                min(pause, 1e-3, max(0.0, deadline - time.monotonic())))
+            else:
+                self.bell.sleep(seen, self._pause(pause, deadline))
+            pause = min(pause * 2, POLL_MAX)
 
     def background(self) -> bool:
         """Work the agent must do while no caller drives: executions in flight,
@@ -263,6 +307,10 @@ class Engine:
         a sender waiting for one of this rank's landing slots."""
         return bool(self.active or self.outq or self.mpi is not None
                     or (self.shm is not None and self.shm.wanted()))
+
+    def solo(self) -> bool:
+        """Nothing else in flight: a blocking call may run compiled to its end."""
+        return not (self.active or self.outq or self.inbox) and self.mpi is None
 
     def cancel(self, ex, err: BaseException) -> None:
         """Take a failed or abandoned execution out of flight."""

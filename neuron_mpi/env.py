@@ -82,8 +82,8 @@ def _positive_int(name: str, default: int) -> int:
 
 
 def shm_slots() -> int:
-    """NEURON_MPI_SHM_SLOTS: landing slots per channel (default 4)."""
-    return _positive_int("NEURON_MPI_SHM_SLOTS", 4)
+    """NEURON_MPI_SHM_SLOTS: landing slots per channel (default 8)."""
+    return _positive_int("NEURON_MPI_SHM_SLOTS", 8)
 
 
 def shm_slot_kib() -> int:

@@ -40,6 +40,10 @@ class Recv:
         self.buf, self.off, self.count, self.reduce = buf, off, count, reduce
 
 
+_BUF_ID = {IN: 0, OUT: 1, TMP: 2}
+_BUF_NAME = (IN, OUT, TMP)
+
+
 class RoundStep:
     __slots__ = ("sends", "recvs", "ordered", "hazard")
 
@@ -50,6 +54,73 @@ class RoundStep:
         src = [(s.buf, s.off, s.off + s.count) for s in sends if s.count]
         self.ordered = _overlap(dst, dst)
         self.hazard = _overlap(src, dst)
+
+
+class NativePlan:
+    """A plan as the tables of transport.native (see there): every send of every
+    round goes straight into a landing slot of this rank's domain, and no round's
+    deliveries overlap each other or its sends."""
+
+    def __init__(self, steps, itemsize: int, dtype_name: str, hops, local):
+        from .transport.native import KEY_SHIFT, RECV_COLS, SEND_COLS
+
+        step_rows, rounds, sends, recvs, locs, charges = [], [], [], [], [], []
+        keys, order = [], []
+        self.max_flags = 1
+        for kind, st in steps:
+            if kind == "locals":
+                lo = len(locs)
+                for lop in st:
+                    locs.append((_LOCAL_KIND[lop.kind], _BUF_ID[lop.src_buf],
+                                 lop.src_off * itemsize, _BUF_ID[lop.dst_buf],
+                                 lop.dst_off * itemsize, lop.count * itemsize))
+                step_rows.append((1, lo, len(locs)))
+                continue
+            s_lo, r_lo = len(sends), len(recvs)
+            for s in st.sends:
+                hop = hops.decide(hops.me, s.dst)
+                c_lo = len(charges)
+                charges.extend(hop.charges)
+                sends.append((local[hop.to], s.dst, _BUF_ID[s.buf], s.off * itemsize,
+                              s.count * itemsize, s.xid, s.piece, s.total, c_lo, len(charges)))
+            rk = []
+            for i, r in enumerate(st.recvs):
+                recvs.append((_BUF_ID[r.buf], r.off * itemsize, r.count * itemsize, r.xid,
+                              r.piece, int(r.reduce)))
+                rk.append(((r.xid << KEY_SHIFT) | r.piece, r_lo + i))
+            rk.sort()
+            keys.extend(k for k, _ in rk)
+            order.extend(i for _, i in rk)
+            step_rows.append((0, len(rounds), len(rounds) + 1))
+            rounds.append((s_lo, len(sends), r_lo, len(recvs)))
+            self.max_flags = max(self.max_flags, len(st.sends) + len(st.recvs))
+
+        def table(rows, cols):
+            return np.array(rows, np.int64).reshape(len(rows), cols)
+
+        self.steps = table(step_rows, 3)
+        self.rounds = table(rounds, 4)
+        self.sends = table(sends, SEND_COLS)
+        self.recvs = table(recvs, RECV_COLS)
+        self.locs = table(locs, 6)
+        self.keys = np.array(keys, np.int64)
+        self.order = np.array(order, np.int64)
+        self.charges = np.array(charges, np.int64)
+        self.dtype_name = dtype_name
+
+    @staticmethod
+    def fits(steps, hops) -> bool:
+        for kind, st in steps:
+            if kind == "locals":
+                continue
+            if st.ordered or st.hazard:
+                return False
+            if not all(hops.decide(hops.me, s.dst).transport == "shm" for s in st.sends):
+                return False
+        return True
+
+
+_LOCAL_KIND = {"copy": 0, "reduce": 1, "divide": 2, "zero": 3}
 
 
 def _overlap(a, b) -> bool:
@@ -81,7 +152,8 @@ class Plan:
     """Member ``me``'s steps: ("locals", [Local]) or a RoundStep of pieces (world
     ranks as peers, transfer ids positional over the whole schedule)."""
 
-    def __init__(self, schedule, view, me: int, itemsize: int = 1, piece_bytes: int = 1 << 18):
+    def __init__(self, schedule, view, me: int, itemsize: int = 1, piece_bytes: int = 1 << 18,
+                 engine=None, dtype_name: str = ""):
         per = max(1, piece_bytes // max(1, itemsize))
         self.steps = []
         xid = 0
@@ -106,13 +178,21 @@ class Plan:
                 if sends or recvs:
                     self.steps.append(("round", RoundStep(sends, recvs)))
         self.tmp_elems = schedule.tmp_elems[me]
+        self.native = None
+        if engine is not None and engine.native and NativePlan.fits(self.steps, engine.hops):
+            self.native = NativePlan(self.steps, itemsize, dtype_name, engine.hops,
+                                     engine.shm.local)
+        self.native = None
+        if engine is not None and engine.native and NativePlan.fits(self.steps, engine.hops):
+            self.native = NativePlan(self.steps, itemsize, dtype_name, engine.hops,
+                                     engine.shm.local)
 
 
 class Execution:
     """One run of a plan. ``bufs`` maps "in"/"out"/"tmp" to flat arrays."""
 
     def __init__(self, engine, plan: Plan, bufs: dict, comm_id: int, seq: int, op: str,
-                 reduce_op: str = "sum"):
+                 reduce_op: str = "sum", agreement=None):
         self.engine = engine
         self.plan = plan
         self.bufs = bufs
@@ -128,6 +208,9 @@ class Execution:
         self._posted = False
         self._missing: list[int] = []
         self._pending: list = []
+        self.agreement = agreement  # control.BoardAgreement run before the first step
+        self._nargs = None  # the compiled data plane's arguments (native plans)
+        self._xs = self._flags = None
         self.done = False
         self.error: BaseException | None = None
         self.t_start = time.perf_counter()
@@ -136,12 +219,21 @@ class Execution:
     def waiting_for(self):
         """(step index, [(peer, xid)]) this execution still waits on: for diagnosis."""
         steps = self.plan.steps
+        native = self.plan.native is not None
+        if native and self._xs is not None:
+            self.step = int(self._xs[0])
         if self.done or self.step >= len(steps):
             return self.step, []
         kind, st = steps[self.step]
         if kind != "round":
             return self.step, []
-        missing = self._missing if self._posted else range(len(st.recvs))
+        if native:
+            ns = len(st.sends)
+            started = self._xs is not None and self._xs[1]
+            missing = [i for i in range(len(st.recvs))
+                       if not started or self._flags[ns + i] != 1]
+        else:
+            missing = self._missing if self._posted else range(len(st.recvs))
         seen, out = set(), []
         for i in missing:
             r = st.recvs[i]
@@ -162,6 +254,8 @@ class Execution:
     def advance(self) -> bool:
         """Run as far as arrived data allows; True once finished. Call with the
         engine's lock held."""
+        if self.plan.native is not None:
+            return self._native_advance()
         steps = self.plan.steps
         eng = self.engine
         cid, seq = self.comm_id, self.seq
@@ -209,6 +303,124 @@ class Execution:
         self._finish()
         return True
 
+    # --- the compiled data plane -------------------------------------------------------
+    def _native_args(self):
+        if self._nargs is None:
+            from .kernels.bytes import CODES
+
+            shm = self.engine.shm
+            np_ = self.plan.native
+            b0, b1, b2 = (self._bytes(self.bufs[b]) for b in _BUF_NAME)
+            self._xs = np.zeros(4, np.int64)
+            self._flags = np.zeros(np_.max_flags, np.uint8)
+            code = CODES.get((self.reduce_op, np_.dtype_name), 0)
+            ag = self.agreement
+            if ag is None:
+                board = _NO_BOARD
+            else:
+                board = (ag.counter, ag.table, ag.member, ag.size, ag.fp, ag.target)
+                self._xs[3] = 1
+            self._nargs = (shm.seg8, shm.g, shm.gen, np_.steps, np_.rounds, np_.sends,
+                           np_.charges, np_.recvs, np_.keys, np_.order, np_.locs, self._xs,
+                           self._flags, b0, b1, b2, self.comm_id, self.seq, code) + board
+        return self._nargs
+
+    @property
+    def agreeing(self) -> bool:
+        """Still in the argument agreement (no data has moved)."""
+        return self.agreement is not None and (self._xs is None or self._xs[3] != 0)
+
+    def _native_status(self, status) -> bool:
+        """Act on what the compiled pass returned; True once the execution is done."""
+        from .transport import native
+
+        ag = self.agreement
+        if ag is not None and not ag.finished and (self._xs[3] == 0 or
+                                                   status == native.MISMATCH):
+            ag.finish()
+        if status == native.MISMATCH:
+            ag.raise_mismatch()
+        if status == native.DONE:
+            self.step = len(self.plan.steps)
+            self._finish()
+            return True
+        if status == native.SIZE:
+            row = self.plan.native.recvs[int(self._xs[2])]
+            raise RuntimeError(
+                f"{self.op}: a piece of {int(row[2])} bytes was expected (transfer "
+                f"{int(row[3])}, piece {int(row[4])}); one of another size came")
+        if status == native.PYTHON:
+            k = int(self._xs[0])
+            if k < len(self.plan.steps) and self.plan.steps[k][0] == "locals":
+                for lo in self.plan.steps[k][1]:
+                    self._local(lo)
+                self._xs[0] = k + 1
+                self._xs[1] = 0
+        self.step = int(self._xs[0])
+        return False
+
+    def _native_advance(self) -> bool:
+        from .transport import native
+
+        args = self._native_args()
+        while True:
+            status, _ = native.exec_pass(*args)
+            if status == native.PYTHON:
+                self._native_status(status)
+                continue
+            if self._native_status(status):
+                return True
+            if status == native.BLOCKED and self.engine.inbox and not self.agreeing:
+                if self._take_from_inbox():
+                    continue  # the round may finish now, and the next one's be there too
+            return False
+
+    def _take_from_inbox(self) -> bool:
+        """Pieces of the current round that reached the engine's inbox instead of a
+        slot (copied aside under backpressure, or come over MPI)."""
+        xs, flags, np_ = self._xs, self._flags, self.plan.native
+        if xs[1] == 0 or xs[0] >= len(np_.steps):
+            return False
+        kind, lo, _ = np_.steps[xs[0]]
+        if kind != 0:
+            return False
+        s_lo, s_hi, r_lo, r_hi = np_.rounds[lo]
+        ns = s_hi - s_lo
+        inbox = self.engine.inbox
+        st = self.plan.steps[int(xs[0])][1]
+        took = False
+        for i, r in enumerate(st.recvs):
+            if flags[ns + i] == 0:
+                a = inbox.pop((self.comm_id, self.seq, r.xid, r.piece), None)
+                if a is not None:
+                    self._deliver(a, r)
+                    flags[ns + i] = 1
+                    took = True
+        return took
+
+    def run(self, deadline) -> int:
+        """Run to the end on this thread (compiled, sleeping on the doorbell while it
+        waits); returns transport.native's DONE, TIMEOUT or PYTHON."""
+        from .transport import native
+
+        deadline_ns = -1 if deadline is None else int(
+            (deadline - time.monotonic()) * 1e9 + time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+        status = native.exec_run(*self._native_args(), deadline_ns)
+        if status in (native.DONE, native.SIZE, native.MISMATCH):
+            self._native_status(status)
+        else:
+            self.step = int(self._xs[0])
+            ag = self.agreement
+            if ag is not None and not ag.finished and self._xs[3] == 0:
+                ag.finish()
+        return status
+
+    @staticmethod
+    def _bytes(a: np.ndarray) -> np.ndarray:
+        if not a.flags.writeable:
+            a = a.copy()
+        return a.reshape(-1).view(np.uint8)
+
     def _deliver(self, a, r: Recv) -> None:
         data = a.data
         if data.nbytes != r.count * self._itemsize:
@@ -243,6 +455,9 @@ class Execution:
             dst[...] = np.zeros(1, dst.dtype)[0]
         else:
             raise AssertionError(lo.kind)
+
+
+_NO_BOARD = (np.zeros(1, np.int32), np.zeros((1, 16), np.int64), 0, 0, np.zeros(1, np.int64), 0)
 
 
 def make_buffers(x_flat, out_flat, tmp_elems, dtype):

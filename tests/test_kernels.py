@@ -456,8 +456,9 @@ def test_divide_argument_errors():
 # --------------------------------------------------------------------------
 def test_warm_compiles_every_specialisation():
     from neuron_mpi.kernels import atomics
+    from neuron_mpi.transport import native
 
-    assert warm() == 4 * 14 + 14 + atomics.warm()
+    assert warm() == 4 * 14 + 14 + atomics.warm() + native.warm()
     kernels = jit_kernels()
     assert len(kernels) >= 4 * 5 + 4 + 3 + 5
     for k in kernels:

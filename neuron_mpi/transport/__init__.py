@@ -7,8 +7,11 @@ interface, as NCCL's ``ncclTransport`` or ASTRA-sim's network API:
     post(rank, header, payload) -> bool
                                    hand one piece to ``rank``; False: no room now, the
                                    engine keeps the piece and posts it again later
-    collect(out)                   append the Arrivals that came in since last time
-    unblock()                      backpressure: make room for senders that wait
+    take(key) -> Arrival | None    the piece with this key, if it waits in the transport
+    collect(out)                   append the Arrivals the engine must file itself
+                                   (MPI arrivals; pieces passing through this rank)
+    unblock(out)                   backpressure: copy aside pieces that keep a waiting
+                                   sender out, appending them to ``out``
     pending() -> bool              pieces of ours still in flight inside the transport
     flush(deadline)                wait until they are out (at exit)
     close()

@@ -8,8 +8,8 @@ MODE: exit0 (sys.exit(0)), exit1 (sys.exit(1)), os_exit (os._exit(0)), abort
 WHEN: before -- the rank dies right before an all_reduce the others are already
 in; mid -- the rank dies inside the all_reduce (forced to the ring algorithm), in its
 second reduction round, after it sent that round's data and before it sends the next
-(the reduction kernels it gets from ``kernels.reducer`` are patched to die on the
-second call), so the others wait for data from it.
+(its compiled data plane is stepped pass by pass and dies once the second round's
+sends are posted), so the others wait for data from it.
 RANK: the rank that dies (default 2). The others run the all_reduce without
 catching anything, as a user program would. NEURON_MPI_TIMEOUT bounds their wait.
 """
@@ -55,20 +55,31 @@ def main():
             time.sleep(0.5)  # the others are inside the all_reduce by now
             die()
         elif WHEN == "mid":
-            from neuron_mpi import kernels
-            real = kernels.reducer
-            calls = [0]
+            # step the compiled data plane pass by pass (never one run to the end),
+            # and die once the second round's data has been posted
+            from neuron_mpi import executor
+            from neuron_mpi.transport import native
+            real_pass = native.exec_pass
 
-            def dying_reducer(op, dtype):
-                kernel = real(op, dtype)
+            def run_in_passes(self, deadline):
+                return native.PYTHON
 
-                def dying(dst, src):
-                    calls[0] += 1
-                    if calls[0] >= 2:
+            def dying_pass(*args):
+                steps, xs = args[3], args[11]
+                while True:  # one step per call, so no pass runs past the second round
+                    k = int(xs[0])
+                    status, moved = real_pass(*args[:3], steps[:k + 1], *args[4:])
+                    k = int(xs[0])
+                    begun = int((steps[:min(k, len(steps)), 0] == 0).sum())
+                    if k < len(steps) and steps[k, 0] == 0 and xs[1] == 1:
+                        begun += 1  # this round's sends are posted
+                    if begun >= 2:
                         die()
-                    return kernel(dst, src)
-                return dying
-            kernels.reducer = dying_reducer
+                    if status == native.DONE and k < len(steps):
+                        continue
+                    return status, moved
+            executor.Execution.run = run_in_passes
+            native.exec_pass = dying_pass
         else:
             raise SystemExit(f"die.py: unknown WHEN {WHEN}")
     y = comm.all_reduce(x, algorithm="ring")  # n - 1 reduce rounds, then n - 1 copies

@@ -1,0 +1,196 @@
+"""Reductions on raw bytes, for compiled callers (the transport's data plane).
+
+``reduce_bytes(code, dst, src)`` is ``reduce_into`` on two uint8 views: ``code``
+(``CODES[(op, dtype name)]``) picks the kernel, the bytes are viewed as that type.
+One function holds every kernel, so a compiled caller links them all once; its
+branches are written out (numba cannot cache a function that takes another as an
+argument). tests/test_kernels.py checks every code against ``reduce_into``.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from . import bf16, fp8, fp16
+from . import native as nt
+from .llvm_ops import JIT_OPTIONS
+
+#: (op, dtype name) -> the code reduce_bytes takes
+CODES: dict[tuple[str, str], int] = {}
+
+_ORDER = (
+    ('sum', 'fp32'),
+    ('prod', 'fp32'),
+    ('max', 'fp32'),
+    ('min', 'fp32'),
+    ('sum', 'fp64'),
+    ('prod', 'fp64'),
+    ('max', 'fp64'),
+    ('min', 'fp64'),
+    ('sum', 'int8'),
+    ('prod', 'int8'),
+    ('max', 'int8'),
+    ('min', 'int8'),
+    ('sum', 'uint8'),
+    ('prod', 'uint8'),
+    ('max', 'uint8'),
+    ('min', 'uint8'),
+    ('sum', 'int16'),
+    ('prod', 'int16'),
+    ('max', 'int16'),
+    ('min', 'int16'),
+    ('sum', 'uint16'),
+    ('prod', 'uint16'),
+    ('max', 'uint16'),
+    ('min', 'uint16'),
+    ('sum', 'int32'),
+    ('prod', 'int32'),
+    ('max', 'int32'),
+    ('min', 'int32'),
+    ('sum', 'uint32'),
+    ('prod', 'uint32'),
+    ('max', 'uint32'),
+    ('min', 'uint32'),
+    ('sum', 'int64'),
+    ('prod', 'int64'),
+    ('max', 'int64'),
+    ('min', 'int64'),
+    ('sum', 'uint64'),
+    ('prod', 'uint64'),
+    ('max', 'uint64'),
+    ('min', 'uint64'),
+    ('sum', 'bf16'),
+    ('prod', 'bf16'),
+    ('max', 'bf16'),
+    ('min', 'bf16'),
+    ('sum', 'fp16'),
+    ('prod', 'fp16'),
+    ('max', 'fp16'),
+    ('min', 'fp16'),
+    ('sum', 'fp8_e4m3'),
+    ('prod', 'fp8_e4m3'),
+    ('max', 'fp8_e4m3'),
+    ('min', 'fp8_e4m3'),
+    ('sum', 'fp8_e5m2'),
+    ('prod', 'fp8_e5m2'),
+    ('max', 'fp8_e5m2'),
+    ('min', 'fp8_e5m2'),
+)
+CODES.update({k: i for i, k in enumerate(_ORDER)})
+
+
+@njit(**JIT_OPTIONS)
+def reduce_bytes(code, d, s):
+    """dst = op(dst, src) on the bytes ``d`` and ``s`` (same length), by ``code``."""
+    if code == 0:
+        nt.native_sum(d.view(np.float32), s.view(np.float32))
+    elif code == 1:
+        nt.native_prod(d.view(np.float32), s.view(np.float32))
+    elif code == 2:
+        nt.native_max(d.view(np.float32), s.view(np.float32))
+    elif code == 3:
+        nt.native_min(d.view(np.float32), s.view(np.float32))
+    elif code == 4:
+        nt.native_sum(d.view(np.float64), s.view(np.float64))
+    elif code == 5:
+        nt.native_prod(d.view(np.float64), s.view(np.float64))
+    elif code == 6:
+        nt.native_max(d.view(np.float64), s.view(np.float64))
+    elif code == 7:
+        nt.native_min(d.view(np.float64), s.view(np.float64))
+    elif code == 8:
+        nt.native_sum(d.view(np.int8), s.view(np.int8))
+    elif code == 9:
+        nt.native_prod(d.view(np.int8), s.view(np.int8))
+    elif code == 10:
+        nt.native_max(d.view(np.int8), s.view(np.int8))
+    elif code == 11:
+        nt.native_min(d.view(np.int8), s.view(np.int8))
+    elif code == 12:
+        nt.native_sum(d.view(np.uint8), s.view(np.uint8))
+    elif code == 13:
+        nt.native_prod(d.view(np.uint8), s.view(np.uint8))
+    elif code == 14:
+        nt.native_max(d.view(np.uint8), s.view(np.uint8))
+    elif code == 15:
+        nt.native_min(d.view(np.uint8), s.view(np.uint8))
+    elif code == 16:
+        nt.native_sum(d.view(np.int16), s.view(np.int16))
+    elif code == 17:
+        nt.native_prod(d.view(np.int16), s.view(np.int16))
+    elif code == 18:
+        nt.native_max(d.view(np.int16), s.view(np.int16))
+    elif code == 19:
+        nt.native_min(d.view(np.int16), s.view(np.int16))
+    elif code == 20:
+        nt.native_sum(d.view(np.uint16), s.view(np.uint16))
+    elif code == 21:
+        nt.native_prod(d.view(np.uint16), s.view(np.uint16))
+    elif code == 22:
+        nt.native_max(d.view(np.uint16), s.view(np.uint16))
+    elif code == 23:
+        nt.native_min(d.view(np.uint16), s.view(np.uint16))
+    elif code == 24:
+        nt.native_sum(d.view(np.int32), s.view(np.int32))
+    elif code == 25:
+        nt.native_prod(d.view(np.int32), s.view(np.int32))
+    elif code == 26:
+        nt.native_max(d.view(np.int32), s.view(np.int32))
+    elif code == 27:
+        nt.native_min(d.view(np.int32), s.view(np.int32))
+    elif code == 28:
+        nt.native_sum(d.view(np.uint32), s.view(np.uint32))
+    elif code == 29:
+        nt.native_prod(d.view(np.uint32), s.view(np.uint32))
+    elif code == 30:
+        nt.native_max(d.view(np.uint32), s.view(np.uint32))
+    elif code == 31:
+        nt.native_min(d.view(np.uint32), s.view(np.uint32))
+    elif code == 32:
+        nt.native_sum(d.view(np.int64), s.view(np.int64))
+    elif code == 33:
+        nt.native_prod(d.view(np.int64), s.view(np.int64))
+    elif code == 34:
+        nt.native_max(d.view(np.int64), s.view(np.int64))
+    elif code == 35:
+        nt.native_min(d.view(np.int64), s.view(np.int64))
+    elif code == 36:
+        nt.native_sum(d.view(np.uint64), s.view(np.uint64))
+    elif code == 37:
+        nt.native_prod(d.view(np.uint64), s.view(np.uint64))
+    elif code == 38:
+        nt.native_max(d.view(np.uint64), s.view(np.uint64))
+    elif code == 39:
+        nt.native_min(d.view(np.uint64), s.view(np.uint64))
+    elif code == 40:
+        bf16.bf16_sum(d.view(np.uint16), s.view(np.uint16))
+    elif code == 41:
+        bf16.bf16_prod(d.view(np.uint16), s.view(np.uint16))
+    elif code == 42:
+        bf16.bf16_max(d.view(np.uint16), s.view(np.uint16))
+    elif code == 43:
+        bf16.bf16_min(d.view(np.uint16), s.view(np.uint16))
+    elif code == 44:
+        fp16.fp16_sum(d.view(np.uint16), s.view(np.uint16))
+    elif code == 45:
+        fp16.fp16_prod(d.view(np.uint16), s.view(np.uint16))
+    elif code == 46:
+        fp16.fp16_max(d.view(np.uint16), s.view(np.uint16))
+    elif code == 47:
+        fp16.fp16_min(d.view(np.uint16), s.view(np.uint16))
+    elif code == 48:
+        fp8.e4m3_sum(d.view(np.uint8), s.view(np.uint8))
+    elif code == 49:
+        fp8.e4m3_prod(d.view(np.uint8), s.view(np.uint8))
+    elif code == 50:
+        fp8.e4m3_max(d.view(np.uint8), s.view(np.uint8))
+    elif code == 51:
+        fp8.e4m3_min(d.view(np.uint8), s.view(np.uint8))
+    elif code == 52:
+        fp8.e5m2_sum(d.view(np.uint8), s.view(np.uint8))
+    elif code == 53:
+        fp8.e5m2_prod(d.view(np.uint8), s.view(np.uint8))
+    elif code == 54:
+        fp8.e5m2_max(d.view(np.uint8), s.view(np.uint8))
+    elif code == 55:
+        fp8.e5m2_min(d.view(np.uint8), s.view(np.uint8))

@@ -1,0 +1,493 @@
+"""The compiled data plane of the shared-memory transport (numba, no GIL).
+
+Everything a piece needs on its way through a landing slot happens here, in one
+call per batch instead of a dozen NumPy calls per piece: find a free slot, write
+header and payload, publish, ring the receiver, charge the ledger; scan this rank's
+incoming slots for the pieces of a round, copy the ones delivered by copy straight
+into their destination, hand back the ones to reduce; free slots and ring a waiting
+sender. Waking a sleeper is a futex syscall issued from compiled code (x86-64).
+
+The segment is passed as one uint8 array plus a geometry vector ``g`` (offsets and
+sizes, see GEOMETRY); compiled code makes its typed views itself.
+"""
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+from ..kernels.atomics import _cmpxchg, _fetch_add, _load, _store  # noqa: F401
+from ..kernels.bytes import reduce_bytes
+from ..kernels.llvm_ops import JIT_OPTIONS
+
+SUPPORTED = platform.machine().lower() in ("x86_64", "amd64")
+if SUPPORTED:
+    # compiling the inline "syscall" needs LLVM's assembly parser, which numba
+    # does not set up itself
+    from llvmlite import binding as _llvm
+
+    _llvm.initialize_native_asmparser()
+
+GEOMETRY = ("L", "K", "S", "N", "me", "me_world", "ctl", "state", "want", "hdr", "ledger",
+            "data")
+G_L, G_K, G_S, G_N, G_ME, G_MEW, G_CTL, G_STATE, G_WANT, G_HDR, G_LEDGER, G_DATA = range(
+    len(GEOMETRY))
+HDR_WORDS = 16
+KEY_SHIFT = 20  # a piece's lookup key: xid << 20 | piece
+SEND_COLS = 10  # dst local, dst world, buf, byte offset, bytes, xid, piece, total, charges lo, hi
+RECV_COLS = 6   # buf, byte offset, bytes, xid, piece, reduce
+
+
+@intrinsic
+def _syscall3(typingctx, nr, a1, a2, a3):
+    """A raw x86-64 system call with three arguments."""
+    if not all(isinstance(a, types.Integer) for a in (nr, a1, a2, a3)):
+        return None
+    sig = types.int64(types.int64, types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        args = [context.cast(builder, v, t, types.int64) for v, t in zip(args, signature.args)]
+        fnty = ir.FunctionType(i64, [i64, i64, i64, i64])
+        asm = ir.InlineAsm(fnty, "syscall",
+                           "={rax},{rax},{rdi},{rsi},{rdx},~{rcx},~{r11},~{memory}",
+                           side_effect=True)
+        return builder.call(asm, args)
+
+    return sig, codegen
+
+
+@intrinsic
+def _syscall4(typingctx, nr, a1, a2, a3, a4):
+    """A raw x86-64 system call with four arguments (the fourth in r10)."""
+    if not all(isinstance(a, types.Integer) for a in (nr, a1, a2, a3, a4)):
+        return None
+    sig = types.int64(types.int64, types.int64, types.int64, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        args = [context.cast(builder, v, t, types.int64) for v, t in zip(args, signature.args)]
+        fnty = ir.FunctionType(i64, [i64] * 5)
+        asm = ir.InlineAsm(fnty, "syscall",
+                           "={rax},{rax},{rdi},{rsi},{rdx},{r10},~{rcx},~{r11},~{memory}",
+                           side_effect=True)
+        return builder.call(asm, args)
+
+    return sig, codegen
+
+
+@njit(**JIT_OPTIONS)
+def _ctl(seg, g):
+    o = g[G_CTL]
+    return seg[o:o + g[G_L] * 64].view(np.int32)
+
+
+@njit(**JIT_OPTIONS)
+def _state(seg, g):
+    o = g[G_STATE]
+    return seg[o:o + g[G_L] * g[G_L] * g[G_K] * 8].view(np.int64)
+
+
+@njit(**JIT_OPTIONS)
+def _want(seg, g):
+    o = g[G_WANT]
+    return seg[o:o + g[G_L] * g[G_L] * 4].view(np.int32)
+
+
+@njit(**JIT_OPTIONS)
+def _hdr(seg, g):
+    o = g[G_HDR]
+    return seg[o:o + g[G_L] * g[G_L] * g[G_K] * HDR_WORDS * 8].view(np.int64)
+
+
+@njit(**JIT_OPTIONS)
+def _ledger(seg, g):
+    o = g[G_LEDGER]
+    return seg[o:o + g[G_L] * g[G_N] * 16].view(np.int64)
+
+
+@njit(**JIT_OPTIONS)
+def ring(seg, g, local, word):
+    """Add one to a rank's word (0: doorbell, 2: agent) and wake its sleepers."""
+    ctl = _ctl(seg, g)
+    i = local * 16 + word
+    _fetch_add(ctl, i, 1)
+    if _load(ctl, i + 1) > 0:
+        _syscall3(202, ctl.ctypes.data + 4 * i, 1, 0x7FFFFFFF)  # futex(FUTEX_WAKE)
+
+
+@njit(**JIT_OPTIONS)
+def _free_slot(state, base, K):
+    for k in range(K):
+        if _load(state, base + k) == 0:
+            return base + k
+    return -1
+
+
+@njit(**JIT_OPTIONS)
+def post(seg, g, gen, dst, head, payload, charges, c_lo, c_hi):
+    """Copy one piece into a free slot of channel me -> dst (local index) and
+    publish it; charge ledger indices charges[c_lo:c_hi] (pairs: bytes, messages).
+    False (and the sender's want flag raised, the receiver rung) if no slot is free."""
+    L, K, me = g[G_L], g[G_K], g[G_ME]
+    state = _state(seg, g)
+    base = (dst * L + me) * K
+    slot = _free_slot(state, base, K)
+    if slot < 0:
+        want = _want(seg, g)
+        _store(want, dst * L + me, 1)
+        slot = _free_slot(state, base, K)
+        if slot < 0:
+            ring(seg, g, dst, 0)
+            ring(seg, g, dst, 2)
+            return False
+    n = payload.size
+    hdr = _hdr(seg, g)
+    h = slot * HDR_WORDS
+    for j in range(8):
+        hdr[h + j] = head[j]
+    d = g[G_DATA] + slot * g[G_S]
+    seg[d:d + n] = payload
+    gen[0] += 1
+    _store(state, slot, gen[0])
+    ring(seg, g, dst, 0)
+    if c_hi > c_lo:
+        led = _ledger(seg, g)
+        for j in range(c_lo, c_hi, 2):
+            _fetch_add(led, charges[j], n)
+            _fetch_add(led, charges[j + 1], 1)
+    return True
+
+
+@njit(**JIT_OPTIONS)
+def release(seg, g, slot):
+    """Free one of this rank's incoming slots; ring its sender if it waits."""
+    L, K, me = g[G_L], g[G_K], g[G_ME]
+    _store(_state(seg, g), slot, 0)
+    src = (slot - me * L * K) // K
+    want = _want(seg, g)
+    if want[me * L + src] != 0:
+        _store(want, me * L + src, 0)
+        ring(seg, g, src, 0)
+
+
+@njit(**JIT_OPTIONS)
+def find(seg, g, comm, seq, xid, piece):
+    """The incoming slot holding piece (comm, seq, xid, piece) for this rank, or -1."""
+    L, K, me = g[G_L], g[G_K], g[G_ME]
+    state = _state(seg, g)
+    hdr = _hdr(seg, g)
+    base = me * L * K
+    for j in range(L * K):
+        slot = base + j
+        if state[slot] == 0:
+            continue
+        h = slot * HDR_WORDS
+        if (hdr[h] == comm and hdr[h + 1] == seq and hdr[h + 2] == xid
+                and hdr[h + 3] == piece and hdr[h + 7] == g[G_MEW]):
+            _load(state, slot)  # acquire: the header was read after the state
+            return slot
+    return -1
+
+
+@njit(**JIT_OPTIONS)
+def passing(seg, g, out):
+    """Incoming slots holding pieces addressed to another rank (to forward), into
+    ``out``; returns how many."""
+    L, K, me = g[G_L], g[G_K], g[G_ME]
+    state = _state(seg, g)
+    hdr = _hdr(seg, g)
+    base = me * L * K
+    n = 0
+    for j in range(L * K):
+        slot = base + j
+        if state[slot] != 0 and hdr[slot * HDR_WORDS + 7] != g[G_MEW] and n < out.size:
+            out[n] = slot
+            n += 1
+    return n
+
+
+@njit(**JIT_OPTIONS)
+def stuck(seg, g, out):
+    """Slots of channels whose sender waits for room while all K slots are full:
+    the caller copies them aside. Returns how many were written to ``out``."""
+    L, K, me = g[G_L], g[G_K], g[G_ME]
+    state = _state(seg, g)
+    want = _want(seg, g)
+    n = 0
+    for s in range(L):
+        if want[me * L + s] == 0:
+            continue
+        base = (me * L + s) * K
+        full = 0
+        for k in range(K):
+            if state[base + k] != 0:
+                full += 1
+        if full == K:
+            for k in range(K):
+                if n < out.size:
+                    out[n] = base + k
+                    n += 1
+    return n
+
+
+@njit(**JIT_OPTIONS)
+def any_want(seg, g):
+    L, me = g[G_L], g[G_ME]
+    want = _want(seg, g)
+    for s in range(L):
+        if want[me * L + s] != 0:
+            return True
+    return False
+
+
+# --- executions ------------------------------------------------------------------------
+# A plan as tables (executor.NativePlan): steps [kind (0 round, 1 locals), lo, hi];
+# rounds [send lo, send hi, recv lo, recv hi]; sends [SEND_COLS]; recvs [RECV_COLS];
+# keys/order: per round, the recvs' lookup keys sorted, and the recv each belongs to;
+# locals [kind (0 copy, 1 reduce, 2 divide, 3 zero), src buf, src byte offset, dst buf,
+# dst byte offset, bytes]. State of one run: xs [step, round started], flags (one byte
+# per send of the round, then one per recv: 1 done).
+DONE, BLOCKED, PYTHON, SIZE, TIMEOUT, MISMATCH = range(6)
+
+
+@njit(**JIT_OPTIONS)
+def _agreement(xs, counter, table, member, size, fp, target):
+    """The argument agreement on the communicator's board (see segment.Board): xs[3]
+    1 = publish this rank's fingerprint, 2 = wait for every member. Returns DONE
+    (every row equals ours), BLOCKED or MISMATCH (the caller reads the table)."""
+    if xs[3] == 1:
+        w = fp.size
+        for f in range(table.shape[1]):
+            table[member, f] = fp[f] if f < w else 0
+        old = _fetch_add(counter, 0, 1)
+        if old + 1 == target:
+            _syscall3(202, counter.ctypes.data, 1, 0x7FFFFFFF)  # futex(FUTEX_WAKE)
+        xs[3] = 2
+    if _load(counter, 0) - target < 0:
+        return BLOCKED
+    for m in range(size):
+        for f in range(fp.size):
+            if table[m, f] != fp[f]:
+                return MISMATCH
+    xs[3] = 0
+    return DONE
+
+
+@njit(**JIT_OPTIONS)
+def _buf(b, b0, b1, b2):
+    return b0 if b == 0 else (b1 if b == 1 else b2)
+
+
+@njit(**JIT_OPTIONS)
+def _locals(locs, lo, hi, b0, b1, b2, code):
+    for j in range(lo, hi):
+        if locs[j, 0] == 2:
+            return False  # divide: the caller runs this step
+    for j in range(lo, hi):
+        kind, sb, so, db, do, n = (locs[j, 0], locs[j, 1], locs[j, 2], locs[j, 3],
+                                   locs[j, 4], locs[j, 5])
+        dst = _buf(db, b0, b1, b2)[do:do + n]
+        if kind == 0:
+            dst[:] = _buf(sb, b0, b1, b2)[so:so + n]
+        elif kind == 1:
+            reduce_bytes(code, dst, _buf(sb, b0, b1, b2)[so:so + n])
+        else:
+            dst[:] = 0
+    return True
+
+
+@njit(**JIT_OPTIONS)
+def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, locs, xs,
+              flags, b0, b1, b2, comm, seq, code, counter, table, member, size, fp, target):
+    """Advance an execution as far as the agreement, the arrived pieces and free
+    slots allow. Returns (status, moved): DONE; BLOCKED (waiting for members,
+    pieces or slots); PYTHON (a locals step with a divide is next: the caller runs
+    it); SIZE (a piece of the wrong size came for recv xs[2]); MISMATCH (the
+    members' fingerprints differ: nothing moved)."""
+    moved = False
+    if xs[3] != 0:
+        a = _agreement(xs, counter, table, member, size, fp, target)
+        if a != DONE:
+            return a, False
+        moved = True
+    head = np.empty(8, np.int64)
+    head[0] = comm
+    head[1] = seq
+    head[6] = g[G_MEW]
+    L, K, me, mew = g[G_L], g[G_K], g[G_ME], g[G_MEW]
+    state = _state(seg, g)
+    hdr = _hdr(seg, g)
+    while xs[0] < steps.shape[0]:
+        kind, lo, hi = steps[xs[0], 0], steps[xs[0], 1], steps[xs[0], 2]
+        if kind == 1:
+            if not _locals(locs, lo, hi, b0, b1, b2, code):
+                return PYTHON, moved
+            xs[0] += 1
+            moved = True
+            continue
+        s_lo, s_hi, r_lo, r_hi = rounds[lo, 0], rounds[lo, 1], rounds[lo, 2], rounds[lo, 3]
+        ns = s_hi - s_lo
+        nr = r_hi - r_lo
+        if xs[1] == 0:
+            flags[:ns + nr] = 0
+            xs[1] = 1
+        unsent = 0
+        for i in range(ns):
+            if flags[i] != 0:
+                continue
+            row = s_lo + i
+            buf = _buf(sends[row, 2], b0, b1, b2)
+            off = sends[row, 3]
+            n = sends[row, 4]
+            head[2] = sends[row, 5]
+            head[3] = sends[row, 6]
+            head[4] = n
+            head[5] = sends[row, 7]
+            head[7] = sends[row, 1]
+            if post(seg, g, gen, sends[row, 0], head, buf[off:off + n], charges,
+                    sends[row, 8], sends[row, 9]):
+                flags[i] = 1
+                moved = True
+            else:
+                unsent += 1
+        missing = 0
+        for i in range(nr):
+            if flags[ns + i] == 0:
+                missing += 1
+        if missing:
+            rkeys = keys[r_lo:r_hi]
+            base = me * L * K
+            for j in range(L * K):
+                slot = base + j
+                if state[slot] == 0:
+                    continue
+                h = slot * HDR_WORDS
+                if hdr[h] != comm or hdr[h + 1] != seq or hdr[h + 7] != mew:
+                    continue
+                _load(state, slot)
+                key = (hdr[h + 2] << KEY_SHIFT) | hdr[h + 3]
+                pos = np.searchsorted(rkeys, key)
+                if pos >= nr or rkeys[pos] != key:
+                    continue
+                row = order[r_lo + pos]
+                i = row - r_lo
+                if flags[ns + i] != 0:
+                    continue
+                n = recvs[row, 2]
+                if hdr[h + 4] != n:
+                    xs[2] = row
+                    return SIZE, moved
+                dst = _buf(recvs[row, 0], b0, b1, b2)
+                off = recvs[row, 1]
+                d = g[G_DATA] + slot * g[G_S]
+                if recvs[row, 5]:
+                    reduce_bytes(code, dst[off:off + n], seg[d:d + n])
+                else:
+                    dst[off:off + n] = seg[d:d + n]
+                release(seg, g, slot)
+                flags[ns + i] = 1
+                moved = True
+                missing -= 1
+                if missing == 0:
+                    break
+        if unsent or missing:
+            return BLOCKED, moved
+        xs[0] += 1
+        xs[1] = 0
+        moved = True
+    return DONE, moved
+
+
+@njit(**JIT_OPTIONS)
+def _now_ns(ts):
+    _syscall3(228, 1, ts.ctypes.data, 0)  # clock_gettime(CLOCK_MONOTONIC)
+    return ts[0] * 1000000000 + ts[1]
+
+
+@njit(**JIT_OPTIONS)
+def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, locs, xs,
+             flags, b0, b1, b2, comm, seq, code, counter, table, member, size, fp, target,
+             deadline_ns):
+    """Run an execution to its end on this thread (the GIL released), sleeping on
+    this rank's doorbell while it waits. Returns DONE, TIMEOUT (CLOCK_MONOTONIC
+    passed ``deadline_ns``; < 0: none), SIZE, or PYTHON: the caller must step in (a
+    divide, or a sender waits for room that only copying pieces aside can give)."""
+    ctl = _ctl(seg, g)
+    bi = g[G_ME] * 16
+    ts = np.zeros(2, np.int64)
+    scratch = np.empty(g[G_K], np.int64)
+    while True:
+        seen = _load(ctl, bi)
+        seen_c = _load(counter, 0)
+        status, moved = exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys,
+                                  order, locs, xs, flags, b0, b1, b2, comm, seq, code,
+                                  counter, table, member, size, fp, target)
+        if status != BLOCKED:
+            return status
+        if moved:
+            continue
+        if xs[3] == 0 and stuck(seg, g, scratch) > 0:
+            return PYTHON
+        wait = -1
+        if deadline_ns >= 0:
+            wait = deadline_ns - _now_ns(ts)
+            if wait <= 0:
+                return TIMEOUT
+            ts[0] = wait // 1000000000
+            ts[1] = wait % 1000000000
+        tsp = np.int64(0)
+        if wait >= 0:
+            tsp = np.int64(ts.ctypes.data)
+        if xs[3] != 0:  # the last member to arrive wakes the board's counter
+            _syscall4(202, counter.ctypes.data, 0, seen_c, tsp)
+            continue
+        _fetch_add(ctl, bi + 1, 1)
+        _syscall4(202, ctl.ctypes.data + 4 * bi, 0, seen, tsp)
+        _fetch_add(ctl, bi + 1, -1)
+
+
+def warm() -> int:
+    """Compile (or load from the cache) the data plane, on a throwaway segment;
+    returns how many functions that is."""
+    from .segment import Layout
+
+    lay = Layout(2, 2, 2, 64)
+    seg = np.zeros(lay.total, np.uint8)
+    g = geometry(lay, 0, 0)
+    gen = np.zeros(1, np.int64)
+    charges = np.zeros(2, np.int64)
+    head = np.zeros(8, np.int64)
+    head[7] = 1
+    post(seg, g, gen, 1, head, np.zeros(8, np.uint8), charges, 0, 2)
+    find(seg, g, 0, 0, 0, 0)
+    out = np.zeros(4, np.int64)
+    passing(seg, g, out)
+    stuck(seg, g, out)
+    any_want(seg, g)
+    release(seg, geometry(lay, 1, 1), 2 * 2 + 0)
+    z = np.zeros((0, SEND_COLS), np.int64)
+    r = np.zeros((0, RECV_COLS), np.int64)
+    k = np.zeros(0, np.int64)
+    b = np.zeros(8, np.uint8)
+    steps = np.zeros((1, 3), np.int64)
+    steps[0, 0] = 1
+    locs = np.zeros((1, 6), np.int64)
+    locs[0, 0] = 1  # a reduce of 0 bytes
+    xs = np.zeros(4, np.int64)
+    args = (seg, g, gen, steps, np.zeros((0, 4), np.int64), z, charges, r, k, k, locs, xs,
+            np.zeros(1, np.uint8), b, b, b, 0, 0, 0, np.zeros(1, np.int32),
+            np.zeros((1, 16), np.int64), 0, 1, np.zeros(9, np.int64), 0)
+    exec_pass(*args)
+    xs[:] = 0
+    exec_run(*args, -1)
+    return 8
+
+
+def geometry(layout, me: int, me_world: int) -> np.ndarray:
+    return np.array([layout.L, layout.K, layout.S, layout.N, me, me_world, layout.ctl,
+                     layout.state, layout.want, layout.hdr, layout.ledger, layout.data],
+                    np.int64)

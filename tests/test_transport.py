@@ -1,0 +1,171 @@
+"""The transports without mpiexec: futexes, the shared segment, landing slots,
+backpressure, the compiled data plane and the next-hop table (one process plays
+two ranks of a domain over MPI.COMM_SELF)."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from neuron_mpi.kernels import DTYPES, REDUCE_OPS, reduce_into
+from neuron_mpi.kernels.bytes import CODES, reduce_bytes
+from neuron_mpi.router import NextHops
+from neuron_mpi.topology import Topology
+from neuron_mpi.transport import futex, native
+from neuron_mpi.transport.segment import SHM_DIR, Segment
+from neuron_mpi.transport.shm import ShmTransport
+
+pytestmark = pytest.mark.skipif(not futex.available(), reason="needs Linux futexes")
+
+
+@pytest.fixture()
+def pair():
+    """Two ranks (world ranks 0 and 1) of one domain, 2 slots of 64 bytes each."""
+    seg = Segment(MPI.COMM_SELF, [0, 1], 2, 2, 64)
+    yield seg, ShmTransport(seg, 0), ShmTransport(seg, 1)
+
+
+def head(key, n, total=None, origin=0, dst=1):
+    return (*key, n, n if total is None else total, origin, dst)
+
+
+def test_futex_wait_times_out_and_wakes_across_threads():
+    word = np.zeros(4, np.int32)
+    t0 = time.monotonic()
+    assert futex.wait(word.ctypes.data, 0, 0.05) is False
+    assert time.monotonic() - t0 >= 0.04
+    assert futex.wait(word.ctypes.data, 1, 1.0) is True  # value differs: at once
+    woke = []
+
+    def sleeper():
+        woke.append(futex.wait(word.ctypes.data, 0, 5.0))
+
+    th = threading.Thread(target=sleeper)
+    th.start()
+    time.sleep(0.05)
+    word[0] = 1
+    futex.wake(word.ctypes.data)
+    th.join(2)
+    assert woke == [True] and not th.is_alive()
+
+
+def test_segment_is_unlinked_once_mapped(pair):
+    seg, _, _ = pair
+    assert seg.path.startswith(os.path.join(SHM_DIR, "neuron_mpi-"))
+    assert not os.path.exists(seg.path)
+
+
+def test_post_take_release_round_trip(pair):
+    _, a, b = pair
+    payload = np.arange(16, dtype=np.uint8)
+    assert a.post(1, head((7, 3, 2, 0), 16), payload)
+    assert b.take((7, 3, 2, 1)) is None  # another piece
+    got = b.take((7, 3, 2, 0))
+    assert got is not None and got.origin == 0 and got.dst == 1 and got.total == 16
+    assert np.array_equal(got.data, payload)
+    got.release()
+    assert b.take((7, 3, 2, 0)) is None
+
+
+def test_full_channel_refuses_then_accepts_after_release(pair):
+    seg, a, b = pair
+    for p in range(2):
+        assert a.post(1, head((1, 1, 0, p), 8), np.full(8, p, np.uint8))
+    assert not a.post(1, head((1, 1, 0, 2), 8), np.zeros(8, np.uint8))
+    assert b.wanted()  # the sender raised its flag
+    b.take((1, 1, 0, 0)).release()
+    assert not b.wanted()  # the release answered it
+    assert a.post(1, head((1, 1, 0, 2), 8), np.full(8, 2, np.uint8))
+
+
+def test_unblock_copies_aside_pieces_nobody_takes(pair):
+    _, a, b = pair
+    for p in range(2):
+        assert a.post(1, head((1, 9, 0, p), 8), np.full(8, p + 1, np.uint8))
+    assert not a.post(1, head((1, 9, 0, 2), 8), np.zeros(8, np.uint8))
+    aside: list = []
+    b.unblock(aside)
+    assert sorted(x.key for x in aside) == [(1, 9, 0, 0), (1, 9, 0, 1)]
+    assert all(not x.in_transport for x in aside)
+    assert [int(x.data[0]) for x in sorted(aside, key=lambda x: x.key)] == [1, 2]
+    assert a.post(1, head((1, 9, 0, 2), 8), np.zeros(8, np.uint8))  # room again
+
+
+def test_piece_larger_than_a_slot_is_refused(pair):
+    _, a, _ = pair
+    with pytest.raises(ValueError, match="slot size"):
+        a.post(1, head((1, 1, 1, 0), 65), np.zeros(65, np.uint8))
+
+
+def test_pieces_passing_through_are_collected(pair):
+    _, a, b = pair
+    assert a.post(1, head((3, 1, 0, 0), 4, dst=5), np.arange(4, dtype=np.uint8))
+    out: list = []
+    b.collect(out)
+    assert len(out) == 1 and out[0].dst == 5 and np.array_equal(out[0].data, np.arange(4))
+    assert b.take((3, 1, 0, 0)) is None  # copied out, slot freed
+
+
+@pytest.mark.parametrize("op", REDUCE_OPS)
+@pytest.mark.parametrize("name", list(DTYPES))
+def test_reduce_bytes_matches_reduce_into(name, op):
+    dt = DTYPES[name]
+    rng = np.random.default_rng(5)
+    bits = rng.integers(0, 256, 64 * dt.itemsize, dtype=np.uint8)
+    d = bits[:32 * dt.itemsize].view(dt).copy()
+    s = bits[32 * dt.itemsize:].view(dt).copy()
+    want = d.copy()
+    reduce_into(want, s, op)
+    got = d.copy()
+    reduce_bytes(CODES[(op, name)], got.view(np.uint8), s.view(np.uint8))
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_codes_cover_every_op_and_dtype():
+    assert set(CODES) == {(op, name) for op in REDUCE_OPS for name in DTYPES}
+    assert sorted(CODES.values()) == list(range(len(CODES)))
+
+
+def test_next_hops_one_copy_inside_a_domain_mpi_across():
+    topo = Topology("trn1.32xlarge", 1, 2)
+    node0 = range(32)
+    hops = NextHops(topo, 0, node0, lambda r: r)
+    far = 31  # across the node's torus: several links, one copy
+    h = hops.decide(0, far)
+    path = topo.route(0, far)
+    assert h.transport == "shm" and h.to == far and h.links == len(path) - 1
+    assert len(h.charges) == 2 * h.links
+    across = hops.decide(0, 32 + 5)
+    assert across.transport == "mpi" and across.links == 1
+    assert topo.link_between_ranks(0, across.to).kind == "efa"
+    assert hops.decide(0, 0).transport == "self"
+    everyone = NextHops(topo, 0, range(64), lambda r: r)
+    assert everyone.decide(0, 32 + 5).transport == "shm"
+
+
+def test_exec_run_reports_a_deadline():
+    """A compiled run waiting for a piece that never comes returns TIMEOUT at its
+    deadline (CLOCK_MONOTONIC)."""
+    from neuron_mpi.transport.segment import Layout
+
+    lay = Layout(2, 2, 2, 64)
+    seg = np.zeros(lay.total, np.uint8)
+    g = native.geometry(lay, 0, 0)
+    steps = np.array([[0, 0, 1]], np.int64)
+    rounds = np.array([[0, 0, 0, 1]], np.int64)
+    recvs = np.array([[1, 0, 8, 0, 0, 0]], np.int64)
+    keys = np.zeros(1, np.int64)
+    b = np.zeros(8, np.uint8)
+    args = (seg, g, np.zeros(1, np.int64), steps, rounds, np.zeros((0, native.SEND_COLS),
+            np.int64), np.zeros(0, np.int64), recvs, keys, keys.copy(),
+            np.zeros((0, 6), np.int64), np.zeros(4, np.int64), np.zeros(2, np.uint8),
+            b, b.copy(), b.copy(), 1, 1, 0, np.zeros(1, np.int32),
+            np.zeros((1, 16), np.int64), 0, 1, np.zeros(1, np.int64), 0)
+    t0 = time.monotonic()
+    deadline = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + 50_000_000
+    assert native.exec_run(*args, deadline) == native.TIMEOUT
+    assert 0.04 <= time.monotonic() - t0 < 2.0

@@ -12,6 +12,9 @@
 * tests/fault_programs/straggler.py: a straggler above the timeout with
   NEURON_MPI_TRACE_DIR; ``python -m neuron_mpi.diagnose`` must name the straggler.
 * tests/fault_programs/nopickle.py: pickle made to raise; everything still works.
+* tests/fault_programs/cc_core.py: progress without the rank's own thread (async
+  completion during a sleep; a group routed through sleeping ranks), on shared
+  memory and over MPI; the dying-rank jobs also check /dev/shm is left clean.
 * benchmarks/soak.py: 100 random checked collectives on 4 ranks, 0 failures.
 
 All launches start together when the first test needs one (a few at a time), so the
@@ -137,6 +140,10 @@ def _launches() -> dict:
             [MPIEXEC, "-n", "4", PY, "-m", "mpi4py", str(PROGS / "straggler.py"), "3", "5"],
             _env(NEURON_MPI_TRACE_DIR=str(TMP / f"trace-{tag}"), NEURON_MPI_CHECK=check),
             timeout=120)
+    for transport in ("auto", "mpi"):
+        jobs[f"cc_core-{transport}"] = Launch(
+            LAUNCHER + ["--no-warm", "-n", "16", "python", str(PROGS / "cc_core.py")],
+            _env(NEURON_MPI_TRANSPORT=transport), timeout=180)
     jobs["nopickle"] = Launch([MPIEXEC, "-n", "4", PY, "-m", "mpi4py",
                                str(PROGS / "nopickle.py")], _env(), timeout=300)
     jobs["soak"] = Launch([MPIEXEC, "-n", "4", PY, "-m", "mpi4py",
@@ -353,6 +360,31 @@ def _naming_params():
     for mode, when in DIE_CASES:
         marks = []
         yield pytest.param(mode, when, id=f"{mode}-{when}", marks=marks)
+
+
+@pytest.mark.parametrize("mode,when", DIE_CASES, ids=[f"{m}-{w}" for m, w in DIE_CASES])
+def test_no_segment_left_in_dev_shm(mode, when):
+    """Whatever ends the job (exit, exception, abort, a signal, SIGKILL mid-call),
+    the shared-memory segment is gone from /dev/shm: unlinked once every rank had
+    it mapped."""
+    launch = job(f"die-{mode}-{when}")
+    paths = re.findall(r"die\.py: segment (\S+)", launch.out)
+    assert len(paths) == 1, launch.tail()
+    assert paths[0].startswith("/dev/shm/neuron_mpi-")
+    assert not os.path.exists(paths[0]), launch.tail()
+
+
+@pytest.mark.parametrize("transport", ("auto", "mpi"))
+def test_cc_core_progresses_without_the_ranks_thread(transport):
+    """An async all_reduce completes while its rank sleeps; a group finishes while
+    the ranks its routes pass through sleep 3 s outside neuron_mpi (tests/
+    fault_programs/cc_core.py), on shared memory and with every hop over MPI."""
+    launch = job(f"cc_core-{transport}")
+    recs = [json.loads(ln[3:]) for ln in launch.out.splitlines() if ln.startswith("@@ ")]
+    assert launch.rc == 0 and len(recs) == 16, launch.tail()
+    assert all(not r["fails"] and r["async_done_while_asleep"] for r in recs), recs
+    group = [r["group_s"] for r in recs if r["group_s"] is not None]
+    assert len(group) == 2 and max(group) < 2.0, group
 
 
 @pytest.mark.parametrize("mode,when", list(_naming_params()))

@@ -36,6 +36,8 @@ ALL = ("test_mpi_collectives.py", "test_mpi_api.py", "test_mpi_validation.py",
 # variables of ours that must not leak in from the caller's environment
 _SCRUB = ("NEURON_MPI_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_MPI_NODES",
           "NEURON_MPI_ALGO", "NEURON_MPI_TIMEOUT", "NEURON_MPI_CHECK", "NEURON_MPI_TEST_STRICT",
+          "NEURON_MPI_TRANSPORT", "NEURON_MPI_SHM", "NEURON_MPI_SHM_SLOTS",
+          "NEURON_MPI_SHM_SLOT_KIB",
           "NEURON_MPI_TEST_LEVEL", "NEURON_MPI_TEST_BATCH")
 
 
@@ -68,6 +70,17 @@ CONFIGS = [
            {"NEURON_MPI_INSTANCE": "trn1.32xlarge", "NEURON_MPI_NODES": "2",
             "NEURON_MPI_TEST_LEVEL": "slim"},
            files=("test_mpi_collectives.py", "test_mpi_groups.py", "test_mpi_link_stats.py"),
+           limit=600, test_timeout=240),
+    # the other transports: every hop over MPI (today's path before shared memory),
+    # and one shared-memory domain per emulated node, MPI between them (the EFA hops,
+    # as between hosts); small landing slots so large messages go in many pieces
+    Config("trn2-8-transport-mpi", 8, {"NEURON_MPI_TRANSPORT": "mpi",
+                                       "NEURON_MPI_TEST_LEVEL": "reduced"}),
+    Config("trn1.32xlarge-2nodes-64-shm-per-node", 64,
+           {"NEURON_MPI_INSTANCE": "trn1.32xlarge", "NEURON_MPI_NODES": "2",
+            "NEURON_MPI_SHM": "node", "NEURON_MPI_SHM_SLOT_KIB": "4",
+            "NEURON_MPI_TEST_LEVEL": "slim"},
+           files=("test_mpi_collectives.py", "test_mpi_link_stats.py"),
            limit=600, test_timeout=240),
 ]
 

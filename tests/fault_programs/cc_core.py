@@ -6,8 +6,8 @@
    the all_reduce must have completed during the sleep (its end time is before the
    sleep ends, and the handle is done before anyone waits on it).
 2. route: ranks 0 and 8 (core 0 of chips 0 and 2 on one row of the torus) form a
-   group whose every route passes chip 1, where rank 4 sleeps 3 s outside
-   neuron_mpi. The group's all_reduce, all_gather and send/recv must finish well
+   group whose routes pass chip 1 (0 -> 8) and chip 3 (8 -> 0), where ranks 4 and
+   12 sleep 3 s outside neuron_mpi. The group's all_reduce, all_gather and send/recv must finish well
    within those 3 s.
 Prints ``@@ {json}`` per rank; exit status 0 if every check held.
 """
@@ -38,12 +38,12 @@ def main() -> int:
     # 2. a group finishes while a rank on its routes sleeps
     group = w.split([[0, 8]] + [[q] for q in range(n) if q not in (0, 8)])
     topo = w.topology
-    on_route = 4 in topo.route(0, 8) and 4 in topo.route(8, 0)
-    if not on_route:
-        fails.append(f"rank 4 is not on the route: {topo.route(0, 8)}")
+    sleepers = (4, 12)
+    if topo.route(0, 8) != [0, 4, 8] or topo.route(8, 0) != [8, 12, 0]:
+        fails.append(f"unexpected routes {topo.route(0, 8)} {topo.route(8, 0)}")
     w.barrier()
     elapsed = None
-    if r == 4:
+    if r in sleepers:
         time.sleep(3.0)
     elif r in (0, 8):
         t0 = time.monotonic()
@@ -61,7 +61,7 @@ def main() -> int:
         if not (np.all(y == 8) and np.array_equal(g, np.repeat([0, 8], 4)) and ok_p2p):
             fails.append("group results wrong")
         if elapsed >= 2.0:
-            fails.append(f"the group took {elapsed:.2f} s while rank 4 slept 3 s")
+            fails.append(f"the group took {elapsed:.2f} s while ranks 4 and 12 slept 3 s")
     w.barrier()
     print("@@ " + json.dumps({"rank": r, "fails": fails, "group_s": elapsed,
                               "async_done_while_asleep": bool(done_while_asleep)}),

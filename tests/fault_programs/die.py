@@ -48,6 +48,9 @@ def die():
 
 def main():
     comm = nm.init()
+    shm = comm._engine.shm
+    if comm.rank == 0 and shm is not None:
+        print(f"die.py: segment {shm.seg.path}", flush=True)
     comm.barrier(timeout=120)  # everyone is up before anyone dies
     x = np.arange(4096, dtype=np.float32) + comm.rank
     if comm.rank == VICTIM:

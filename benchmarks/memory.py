@@ -1,0 +1,67 @@
+"""Memory per rank while running large all-reduces.
+
+    neuron-mpirun -n 64 python benchmarks/memory.py [--bytes 16MB] [--iters 5]
+
+Every rank runs ``--iters`` all_reduces of ``--bytes`` (checked), reading its PSS
+(proportional set size: shared pages divided among the processes that map them,
+from /proc/self/smaps_rollup) after each; the largest is reported, with the PSS of
+the same process before neuron_mpi started (mpi4py, numpy and the numba kernels
+loaded: the baseline of this run) and the size of the two user buffers.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import neuron_mpi.kernels
+from neuron_mpi.bench.sizes import size_arg
+
+
+def pss_mib() -> float:
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--bytes", type=size_arg, default=16 << 20)
+    p.add_argument("--iters", type=int, default=5)
+    a = p.parse_args(argv)
+    neuron_mpi.kernels.warm()
+    world = MPI.COMM_WORLD
+    world.Barrier()
+    base = pss_mib()
+    import neuron_mpi as nm
+    comm = nm.init()
+    n = comm.size
+    x = (np.arange(a.bytes // 4) % 5).astype(np.float32) + comm.rank
+    out = np.empty_like(x)
+    want = (np.arange(x.size) % 5).astype(np.float32) * n + n * (n - 1) / 2
+    peak, wrong = 0.0, 0
+    for _ in range(a.iters):
+        comm.all_reduce(x, out=out)
+        wrong += int(not np.array_equal(out, want))
+        peak = max(peak, pss_mib())
+    peaks = world.gather(peak, root=0)
+    bases = world.gather(base, root=0)
+    wrong = world.allreduce(wrong)
+    if comm.rank == 0:
+        buffers = 2 * x.nbytes / 2**20
+        print(f"# PSS per rank, {n} ranks, all_reduce of {x.nbytes} bytes x {a.iters} "
+              f"(user buffers: {buffers:.0f} MiB per rank), wrong {wrong}")
+        print(f"  before neuron_mpi  : median {np.median(bases):6.1f} MiB")
+        print(f"  running            : median {np.median(peaks):6.1f} MiB, "
+              f"max {max(peaks):6.1f} MiB")
+        print(f"  running - before - buffers: {np.median(peaks) - np.median(bases) - buffers:6.1f}"
+              " MiB (what neuron_mpi itself holds)")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Overlap of an async collective with compute: the CC core at work.
+
+    neuron-mpirun -n 64 python benchmarks/overlap.py [--bytes 4MB] [--iters 5]
+
+First the blocking all_reduce of ``--bytes`` is timed (C, the median). Then each
+iteration starts the same all_reduce with ``async_op=True``, "computes" for T = C
+(a sleep: NeuronCores compute off the host, so the host thread is idle) and waits:
+
+    overlap = (T + C - wall) / min(T, C)
+
+1.0 is perfect overlap (wall = max(T, C)); 0 is none (wall = T + C). The baseline
+in the same run is the same loop with the collective blocking before the compute
+(overlap 0 by construction, its measured value shows the noise). Results are
+checked. Rank 0 prints one line per size and a JSON record with --json FILE.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import neuron_mpi as nm
+from neuron_mpi.bench.sizes import size_arg
+
+
+def _slowest(seconds: float) -> float:
+    return MPI.COMM_WORLD.allreduce(seconds, op=MPI.MAX)
+
+
+def measure(comm, nbytes: int, iters: int) -> dict:
+    n = comm.size
+    x = np.arange(max(1, nbytes // 4), dtype=np.float32) % 7 + comm.rank
+    want = (np.arange(x.size, dtype=np.float32) % 7) * n + n * (n - 1) / 2
+    for _ in range(2):
+        comm.all_reduce(x)
+    blocking = []
+    for _ in range(iters):
+        comm.barrier()
+        t0 = time.perf_counter()
+        comm.all_reduce(x)
+        blocking.append(_slowest(time.perf_counter() - t0))
+    c = statistics.median(blocking)
+    t = c
+    walls, serial, wrong = [], [], 0
+    for _ in range(iters):
+        comm.barrier()
+        t0 = time.perf_counter()
+        h = comm.all_reduce(x, async_op=True)
+        time.sleep(t)
+        y = h.wait()
+        walls.append(_slowest(time.perf_counter() - t0))
+        wrong += int(not np.array_equal(y, want))
+        comm.barrier()
+        t0 = time.perf_counter()
+        y = comm.all_reduce(x)
+        time.sleep(t)
+        serial.append(_slowest(time.perf_counter() - t0))
+        wrong += int(not np.array_equal(y, want))
+    wall, ser = statistics.median(walls), statistics.median(serial)
+    return {"bytes": x.nbytes, "ranks": n, "C_ms": c * 1e3, "T_ms": t * 1e3,
+            "wall_ms": wall * 1e3, "overlap": (t + c - wall) / min(t, c),
+            "serial_wall_ms": ser * 1e3, "serial_overlap": (t + c - ser) / min(t, c),
+            "wrong": MPI.COMM_WORLD.allreduce(wrong)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--bytes", type=size_arg, nargs="+", default=[1 << 20, 4 << 20])
+    p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--json", metavar="FILE")
+    a = p.parse_args(argv)
+    comm = nm.init()
+    rows = [measure(comm, b, a.iters) for b in a.bytes]
+    if comm.rank == 0:
+        print(f"# overlap of an async all_reduce with T = C of compute (a sleep), "
+              f"{comm.size} ranks on {comm.topology.instance}")
+        print(f"# {'bytes':>10} {'C(ms)':>9} {'wall(ms)':>9} {'overlap':>8} "
+              f"{'blocking wall(ms)':>18} {'blocking overlap':>17} {'wrong':>6}")
+        for r in rows:
+            print(f"  {r['bytes']:>10} {r['C_ms']:9.2f} {r['wall_ms']:9.2f} {r['overlap']:8.2f} "
+                  f"{r['serial_wall_ms']:18.2f} {r['serial_overlap']:17.2f} {r['wrong']:>6}")
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(rows, f, indent=1)
+    return 1 if any(r["wrong"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -86,9 +86,36 @@ def _topo_run(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- trace -------------------------------------------------------------------------
+def _trace_configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", metavar="DIR",
+                   help="the folder of trace-rank*.json files a traced run wrote "
+                        "(NEURON_MPI_TRACE=DIR or neuron_mpi.trace(DIR))")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.json",
+                   help="the merged timeline (Chrome trace-event JSON: open it in "
+                        "ui.perfetto.dev or chrome://tracing)")
+
+
+def _trace_run(args: argparse.Namespace) -> int:
+    from . import timeline
+
+    doc = timeline.merge(args.dir)
+    problems = timeline.check(doc)
+    if problems:
+        raise UsageError("the merged timeline is not valid: " + "; ".join(problems[:5]))
+    timeline.write(doc, args.output)
+    o = doc["otherData"]
+    sys.stdout.write(f"{args.output}: {o['ranks']} ranks on {o['instance']} LNC={o['lnc']} x "
+                     f"{o['nodes']} node(s): {o['calls']} call slices, {o['steps']} step "
+                     f"slices, {o['flows']} transfers\n")
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
     "topo": Command("show the ranks, chips, links and rings of an instance topology",
                     _topo_configure, _topo_run),
+    "trace": Command("merge the per-rank timelines of a traced run into one Perfetto "
+                     "(trace-event JSON) file", _trace_configure, _trace_run),
 }
 
 

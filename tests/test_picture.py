@@ -1,6 +1,7 @@
 """Link statistics and pictures: ``neuron-mpi-bench --link-stats`` (one 8-rank run:
 the merged file holds exactly the bytes the schedule's hops carry), the chip traffic
-it reduces to, ``neuron-mpi topo --png`` (plain and ``--heat``) and their errors."""
+it reduces to, ``neuron-mpi topo --png`` (plain and ``--heat``) and their errors; the
+benchmarks' time-against-size figures."""
 from __future__ import annotations
 
 import json
@@ -148,3 +149,28 @@ def test_bench_link_stats_then_heat_map(tmp_path, capsys):
     said = capsys.readouterr().out
     assert f"{sum(want.values())} bytes over {len(want)} directed links" in said
     assert _png_size(png)[0] >= 600
+
+
+# --- time figures (benchmarks/collectives.py) ---------------------------------------------
+def _row(op, size, t, mpi, model):
+    return {"op": op, "redop": "sum", "size": size, "time_us": t, "mpi_time_us": mpi,
+            "model_time_us": model}
+
+
+def test_time_figures(tmp_path):
+    from neuron_mpi.bench import report
+
+    rows = [_row("all_reduce", s, 100.0 + s / 10, 50.0 + s / 100, 2.0 + s / 1e4)
+            for s in (1024, 4096, 16384)]
+    rows += [_row("all_gather", s, 80.0, None, 3.0) for s in (1024, 4096)]
+    one = tmp_path / "ar.png"
+    assert report.plot_times(str(one), rows[:3], "t") == [
+        "emulated (this machine)", "native MPI (this machine)", "model (the real hardware)"]
+    assert one.read_bytes()[:4] == b"\x89PNG"
+    grid = tmp_path / "sub" / "times.png"
+    drawn = report.plot_times_grid(str(grid), rows, "t")
+    assert drawn == {"all_reduce": ["emulated (this machine)", "native MPI (this machine)",
+                                    "model (the real hardware)"],
+                     "all_gather": ["emulated (this machine)", "model (the real hardware)"]}
+    w, h = _png_size(grid)
+    assert w > h > 200

@@ -108,7 +108,7 @@ def draw(topo, path, traffic: dict | None = None, title: str | None = None) -> d
         for a, b in ((lk.a, lk.b), (lk.b, lk.a)):
             nb = traffic.get((a, b), 0)
             # the two directions bow to opposite sides of the link
-            r = rad + 0.12 if rad >= 0 else rad - 0.12
+            r = rad + 0.2 if rad >= 0 else rad - 0.2
             color = cmap(norm(nb)) if nb > 0 else "#d0d0d0"
             arrow = FancyArrowPatch(pos[a], pos[b], arrowstyle="-|>", mutation_scale=9,
                                     connectionstyle=f"arc3,rad={r}", color=color,
@@ -122,7 +122,10 @@ def draw(topo, path, traffic: dict | None = None, title: str | None = None) -> d
                 # the arc's midpoint: offset perpendicular to the chord by rad * length / 2
                 ox, oy = dy * r / 2, -dx * r / 2
                 drawn["links"].append((a, b, human(nb)))
+                angle = math.degrees(math.atan2(dy, dx))  # along the link, upright
+                angle = angle - 180 if angle > 90 else angle + 180 if angle <= -90 else angle
                 ax.text(mx + ox, my + oy, human(nb), fontsize=6, ha="center", va="center",
+                        rotation=angle, rotation_mode="anchor",
                         zorder=4, bbox=dict(boxstyle="round,pad=0.15", fc="white",
                                             ec="none", alpha=0.85))
     for g, (x, y) in pos.items():

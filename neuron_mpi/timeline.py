@@ -197,7 +197,7 @@ _NEEDS = {"X": ("name", "ts", "dur", "pid", "tid"), "M": ("name", "pid", "args")
           "s": ("name", "cat", "id", "ts", "pid", "tid"),
           "f": ("name", "cat", "id", "ts", "pid", "tid")}
 _META_NAMES = ("process_name", "thread_name", "process_sort_index", "thread_sort_index")
-EPS = 1e-3  # us: timestamps are written to the nanosecond
+EPS = 1.5e-3  # us: timestamps are written to the nanosecond, rounded
 
 
 def check(doc) -> list[str]:

@@ -29,6 +29,12 @@ def _r(x: float) -> float:
     return round(float(x), 3)
 
 
+def _dur(t: float, d: float) -> float:
+    """The duration from the rounded start to the rounded end, so that back-to-back
+    slices stay back to back after rounding."""
+    return round(_r(t + d) - _r(t), 3)
+
+
 def build(view, calls) -> dict:
     """``calls``: [(label, schedule, itemsize, args)] run one after the other on
     ``view`` (a GroupView). Returns the trace-event document."""
@@ -117,7 +123,7 @@ def build(view, calls) -> dict:
                         ev.append(metadata(link_pid, tid, "thread_sort_index", lk))
                     step_events.append({"ph": "X", "cat": "link", "name": human(int(nb)),
                                         "pid": link_pid, "tid": tid, "ts": _r(t + a),
-                                        "dur": _r(b - a), "args": {"bytes": int(nb),
+                                        "dur": _dur(t + a, b - a), "args": {"bytes": int(nb),
                                                                    "hops": nh}})
             for i, x in enumerate(xfers):
                 src, dst = ranks[x.src], ranks[x.dst]
@@ -137,7 +143,7 @@ def build(view, calls) -> dict:
             t += dur
         for m, r in enumerate(ranks):
             ev.append({"ph": "X", "cat": "call", "name": label, "pid": topo.placement(r).node + 1,
-                       "tid": r + 1, "ts": _r(start), "dur": _r(t - start),
+                       "tid": r + 1, "ts": _r(start), "dur": _dur(start, t - start),
                        "args": dict(args, steps=own_steps[m])})
         nsteps += sum(own_steps)
         ev.extend(step_events)
@@ -149,10 +155,10 @@ def build(view, calls) -> dict:
 
 def _slice(topo, tid, rank, kind, t, dur, k) -> dict:
     return {"ph": "X", "cat": "step", "name": kind, "pid": topo.placement(rank).node + 1,
-            "tid": tid, "ts": _r(t), "dur": _r(dur), "args": {"step": k}}
+            "tid": tid, "ts": _r(t), "dur": _dur(t, dur), "args": {"step": k}}
 
 
 def _chip_slice(topo, g, kind, t, dur) -> dict:
     return {"ph": "X", "cat": "chip", "name": kind, "pid": g // topo.chips_per_node + 1,
-            "tid": CHIP_TID + g, "ts": _r(t), "dur": _r(dur)}
+            "tid": CHIP_TID + g, "ts": _r(t), "dur": _dur(t, dur)}
 

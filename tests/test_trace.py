@@ -226,3 +226,59 @@ def test_trace_folder_argument():
     with pytest.raises(nm.InvalidArgumentError, match="folder"):
         with nm.trace(""):
             pass
+
+
+# --- merging, on hand-made rank files (no MPI) ---------------------------------------------
+def _rank_file(folder, rank, calls, steps, sends, recvs, host="h", shift=0):
+    d = {"schema": "neuron-mpi-trace/1", "rank": rank, "host": host,
+         "clock": {"perf_ns": 0, "wall_ns": shift},
+         "topology": {"instance": "trn2.48xlarge", "lnc": 2, "nodes": 1, "ranks": 8},
+         "calls": calls, "steps": steps, "sends": sends, "recvs": recvs}
+    (Path(folder) / f"trace-rank{rank}.json").write_text(json.dumps(d))
+
+
+def _call(seq, t0, t1, steps=1, op="all_reduce", error=None):
+    return {"comm": 1, "seq": seq, "op": op, "algorithm": "ring", "bytes": 64,
+            "dtype": "float32", "size": 8, "steps": steps, "t0": t0, "t1": t1, "error": error}
+
+
+def _step(seq, k, t0, t1):
+    return {"comm": 1, "seq": seq, "step": k, "kind": "round", "sends": 1, "recvs": 1,
+            "t0": t0, "t1": t1}
+
+
+def test_merge_overlapping_calls_failed_calls_and_hosts(tmp_path):
+    # rank 0: two async calls in flight at once, then one that failed mid-step;
+    # rank 4 (chip 1) on another host whose monotonic clock is 5 s behind
+    _rank_file(tmp_path, 0,
+               [_call(1, 1000, 9000), _call(2, 2000, 8000), _call(3, 10000, None)],
+               [_step(1, 0, 1100, 8500), _step(2, 0, 2100, 7000), _step(3, 0, 10100, None)],
+               [{"comm": 1, "seq": 1, "xid": 0, "dst": 4, "bytes": 64, "t": 1200}], [],
+               host="a")
+    _rank_file(tmp_path, 4, [_call(1, 1000 - 5000, 9500 - 5000)],
+               [_step(1, 0, 1100 - 5000, 9400 - 5000)], [],
+               [{"comm": 1, "seq": 1, "xid": 0, "src": 0, "bytes": 64, "t0": 4000 - 5000,
+                 "t1": 4100 - 5000}], host="b", shift=5000)
+    doc = tl.merge(tmp_path)
+    assert tl.check(doc) == []
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}
+    assert names == {"rank 0 · chip 0 core 0", "rank 0 · chip 0 core 0 (overlapping calls 1)",
+                     "rank 4 · chip 1 core 0"}
+    calls = [e for e in doc["traceEvents"] if e.get("cat") == "call"]
+    failed = next(e for e in calls if e["args"]["seq"] == 3 and e["tid"] == 1)
+    assert failed["dur"] == pytest.approx(0.1)  # closed at its last record
+    (s,) = [e for e in doc["traceEvents"] if e["ph"] == "s"]
+    (f,) = [e for e in doc["traceEvents"] if e["ph"] == "f"]
+    assert s["name"] == "neuronlink 64 B" and f["tid"] == 5
+    assert f["ts"] - s["ts"] == pytest.approx(2.9)  # on one time base despite the hosts
+    assert doc["otherData"]["flows"] == 1 and doc["otherData"]["calls"] == 4
+
+
+def test_merge_refuses_mixed_runs(tmp_path):
+    _rank_file(tmp_path, 0, [], [], [], [])
+    d = json.loads((tmp_path / "trace-rank0.json").read_text())
+    d["topology"]["ranks"] = 16
+    d["rank"] = 1
+    (tmp_path / "trace-rank1.json").write_text(json.dumps(d))
+    with pytest.raises(nm.InvalidArgumentError, match="different topologies"):
+        tl.merge(tmp_path)

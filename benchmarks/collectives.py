@@ -8,8 +8,10 @@ One MPI job runs the benchmark harness (neuron_mpi.bench) on each operation in
 turn: all_reduce, all_gather, reduce_scatter, alltoall, permute, sendrecv,
 all_gather_v, reduce_scatter_v, alltoallv. Rank 0 prints each table as it goes and
 writes RESULTS/collectives.json (every row, the command, topology, machine,
-versions) and, with matplotlib, RESULTS/<op>.png (busbw against size: this machine,
-native MPI, and the model's prediction for the real hardware).
+versions) and, with matplotlib, per operation RESULTS/<op>.png (busbw against size:
+this machine, native MPI, and the model's prediction for the real hardware) and
+RESULTS/<op>_time.png (time against size: emulated, native MPI, modeled hardware),
+and RESULTS/times.png (every operation's time figure as one panel).
 
 The defaults (1KB..1MB by x4, 1 warm-up and 2 timed iterations) keep a 64-rank run on a 2-core
 machine to a few minutes; widen with -b/-e/-f/-n. Exit status 1 if any checked
@@ -104,11 +106,18 @@ def main(argv=None) -> int:
                       f"{last['busbw']:>8.3f} {ratio:>7} {last['model_busbw']:>9.2f}")
         if report.have_matplotlib():
             t = bench.topo
+            where = f"{t.instance}, {bench.r} ranks"
             for op in ops:
-                path = os.path.join(a.results, f"{op}.png")
-                report.plot(path, [r for r in rows if r["op"] == op],
-                            f"{op} {bench.dtype_name}: {t.instance}, {bench.r} ranks")
-            bench.say(f"# wrote {len(ops)} plots to {a.results}/")
+                mine = [r for r in rows if r["op"] == op]
+                report.plot(os.path.join(a.results, f"{op}.png"), mine,
+                            f"{op} {bench.dtype_name}: {where}")
+                report.plot_times(os.path.join(a.results, f"{op}_time.png"), mine,
+                                  f"{op} {bench.dtype_name}: {where}")
+            report.plot_times_grid(os.path.join(a.results, "times.png"), rows,
+                                   f"time against size, {bench.dtype_name}, {where}: "
+                                   "emulated and native MPI on this machine, model for "
+                                   "the real hardware")
+            bench.say(f"# wrote {2 * len(ops) + 1} plots to {a.results}/")
         else:
             bench.say("# matplotlib not installed: no plots (pip install 'neuron-mpi[plot]')")
     return bench.finish(rows, [PROG] + argv, json_path, options=vars(a))

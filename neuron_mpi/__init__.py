@@ -5,6 +5,7 @@ from .errors import (AlgorithmError, CollectiveMismatchError, CollectiveTimeoutE
                      CommunicatorFailedError, InvalidArgumentError, NeuronMPIError,
                      TopologyError, UnsupportedGroupError)
 from .topology import Link, Placement, Topology, topology
+from .tracing import trace
 
 SUM, PROD, MAX, MIN, AVG = "sum", "prod", "max", "min", "avg"
 
@@ -23,6 +24,6 @@ __all__ = [
     "AlgorithmError", "CollectiveMismatchError", "CollectiveTimeoutError",
     "CommunicatorFailedError", "InvalidArgumentError", "NeuronMPIError",
     "TopologyError", "UnsupportedGroupError", "Link", "Placement", "Topology",
-    "topology", "__version__", "init", "Communicator", "Handle",
+    "topology", "trace", "__version__", "init", "Communicator", "Handle",
     "SUM", "PROD", "MAX", "MIN", "AVG",
 ]

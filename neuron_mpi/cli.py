@@ -73,9 +73,20 @@ def _topo_configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text: a picture for the terminal (default); json: "
                         "Topology.to_json() (ranks, links, rings)")
+    p.add_argument("--png", metavar="FILE.png",
+                   help="draw the chips and links to a PNG (needs matplotlib: "
+                        "neuron-mpi[plot])")
+    p.add_argument("--heat", metavar="STATS.json",
+                   help="with --png: colour and label each link by the bytes it carried, "
+                        "from a merged link-stats file (neuron-mpi-bench --link-stats); "
+                        "the topology is the file's")
 
 
 def _topo_run(args: argparse.Namespace) -> int:
+    if args.heat and not args.png:
+        raise UsageError("--heat: needs --png FILE.png")
+    if args.png:
+        return _topo_png(args)
     topo = topology_from_args(args)
     if args.format == "json":
         sys.stdout.write(json.dumps(topo.to_json(), indent=1) + "\n")
@@ -86,9 +97,69 @@ def _topo_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _topo_png(args: argparse.Namespace) -> int:
+    from .bench.report import PLOT_MISSING, have_matplotlib
+
+    if not have_matplotlib():
+        raise UsageError(f"--png: {PLOT_MISSING}")
+    traffic = None
+    if args.heat:
+        from . import linkstats
+        from .topology import Topology
+
+        doc = linkstats.load(args.heat)
+        t = doc["topology"]
+        for opt, key in (("instance", "instance"), ("lnc", "lnc"), ("nodes", "nodes"),
+                         ("ranks", "ranks")):
+            given = getattr(args, opt, None)
+            if given is not None and given != t[key]:
+                raise UsageError(f"--{opt}: {given} differs from the --heat file's "
+                                 f"{key} {t[key]}")
+        topo = Topology(t["instance"], t["lnc"], t["nodes"], t["ranks"])
+        traffic = linkstats.chip_traffic(topo, doc["links"])
+    else:
+        topo = topology_from_args(args)
+    from .picture import draw
+
+    draw(topo, args.png, traffic)
+    what = "heat map" if traffic is not None else "topology"
+    total = f", {sum(traffic.values())} bytes over {sum(1 for v in traffic.values() if v)} " \
+            "directed links" if traffic is not None else ""
+    sys.stdout.write(f"{args.png}: {what} of {topo.instance} LNC={topo.lnc}, "
+                     f"{topo.nodes} node(s), {topo.size} ranks{total}\n")
+    return 0
+
+
+# --- trace -------------------------------------------------------------------------
+def _trace_configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", metavar="DIR",
+                   help="the folder of trace-rank*.json files a traced run wrote "
+                        "(NEURON_MPI_TRACE=DIR or neuron_mpi.trace(DIR))")
+    p.add_argument("-o", "--output", required=True, metavar="FILE.json",
+                   help="the merged timeline (Chrome trace-event JSON: open it in "
+                        "ui.perfetto.dev or chrome://tracing)")
+
+
+def _trace_run(args: argparse.Namespace) -> int:
+    from . import timeline
+
+    doc = timeline.merge(args.dir)
+    problems = timeline.check(doc)
+    if problems:
+        raise UsageError("the merged timeline is not valid: " + "; ".join(problems[:5]))
+    timeline.write(doc, args.output)
+    o = doc["otherData"]
+    sys.stdout.write(f"{args.output}: {o['ranks']} ranks on {o['instance']} LNC={o['lnc']} x "
+                     f"{o['nodes']} node(s): {o['calls']} call slices, {o['steps']} step "
+                     f"slices, {o['flows']} transfers\n")
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
     "topo": Command("show the ranks, chips, links and rings of an instance topology",
                     _topo_configure, _topo_run),
+    "trace": Command("merge the per-rank timelines of a traced run into one Perfetto "
+                     "(trace-event JSON) file", _trace_configure, _trace_run),
 }
 
 

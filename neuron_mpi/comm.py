@@ -25,6 +25,7 @@ from mpi4py import MPI
 from . import agree as A
 from . import env
 from . import groups as G
+from . import tracing as _tracing
 from . import validate as V
 from .algorithms.group import GroupView
 from .algorithms.select import choose, schedule_for
@@ -126,13 +127,14 @@ class Communicator:
                 f"{self.topology.instance} LNC={self.topology.lnc}>")
 
     # --- running a schedule -------------------------------------------------------
-    def _plan(self, op, algorithm, sizes, dtype, avg=False, extra=None):
-        key = (op, algorithm, sizes, dtype, avg, extra)
+    def _plan(self, op, algorithm, sizes, dtype, avg=False, extra=None, traced=False):
+        # a traced call runs on the executor's Python path, where steps are visible
+        key = (op, algorithm, sizes, dtype, avg, extra, traced)
         plan = self._plans.get(key)
         if plan is None:
             sched = schedule_for(self._view, op, algorithm, sizes, avg, extra)
             plan = Plan(sched, self._view, self.rank, dtype.itemsize, self._engine.piece_bytes,
-                        self._engine, dtype_name(dtype))
+                        None if traced else self._engine, dtype_name(dtype))
             if len(self._plans) > 64:
                 self._plans.clear()
             self._plans[key] = plan
@@ -221,7 +223,10 @@ class Communicator:
         entry = self._recorder.start(self._id, seq, op, algo, count, str(x.dtype), self.size)
         self._seq = seq
         eng = self._engine
-        plan = self._plan(op, algo, sizes, x.dtype, avg, extra)
+        tr = _tracing.ACTIVE
+        plan = self._plan(op, algo, sizes, x.dtype, avg, extra, tr is not None)
+        call = None if tr is None else tr.call_begin(
+            self._id, seq, op, algo, nbytes, str(x.dtype), self.size, len(plan.steps))
         agreement = None
         try:
             if _checking() and self.size > 1:
@@ -236,6 +241,8 @@ class Communicator:
                 if agreement is None:
                     self._exchange(fp, op, timeout, rows)
         except NeuronMPIError as e:
+            if call is not None:
+                tr.call_end(call, e)
             self._agreement_failed(e, entry)
         x_flat = np.ascontiguousarray(x).reshape(-1)
         result = out if out is not None else np.empty(out_shape, x.dtype)
@@ -246,7 +253,7 @@ class Communicator:
             x_flat = x_flat.copy()  # in place: keep the input readable throughout
         bufs = make_buffers(x_flat, out_flat, plan.tmp_elems, x.dtype)
         ex = Execution(eng, plan, bufs, self._id, seq, op, "sum" if avg else reduce_op,
-                       agreement)
+                       agreement, tr)
         ex.algorithm = algo
 
         def on_timeout():
@@ -260,16 +267,22 @@ class Communicator:
                 eng.drive(lambda: ex.done, deadline, on_timeout,
                           start=None if async_op else ex)
             except NeuronMPIError as e:
+                if call is not None:
+                    tr.call_end(call, e)
                 if agreement is not None and not agreement.finished or ex.agreeing:
                     eng.cancel(ex, e)
                     self._agreement_failed(e, entry)
                 self._fail(e, entry, ex)
                 raise
             if ex.error is not None:
+                if call is not None:
+                    tr.call_end(call, ex.error)
                 self._fail(ex.error, entry, ex)
                 raise ex.error
             if target is not result:
                 result[...] = target
+            if call is not None:
+                tr.call_end(call)
             FlightRecorder.finish(entry)
             return result
 
@@ -632,6 +645,8 @@ def init(instance=None, lnc=None, nodes=None, comm=None, strict=True) -> Communi
     G.check_group(topo, range(topo.size), strict)
     engine = make_engine(world, topo)
     atexit.register(engine.close)
+    _tracing.attach(engine.rank, topo)
+    _tracing.start_from_env()
     _skip_drain_on_uncaught_exception(engine)
     return Communicator(engine, topo, range(topo.size), 1, strict,
                         FlightRecorder(engine.rank))

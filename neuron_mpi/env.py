@@ -49,6 +49,12 @@ def timeout_seconds(explicit=None) -> float | None:
     return float(explicit) if explicit > 0 else None
 
 
+def trace_dir() -> str | None:
+    """NEURON_MPI_TRACE: the folder each rank writes its timeline to
+    (neuron_mpi.tracing); unset or empty: no tracing."""
+    return _raw("NEURON_MPI_TRACE")
+
+
 def checking() -> bool:
     """NEURON_MPI_CHECK: the argument agreement before every collective (default on)."""
     v = _raw("NEURON_MPI_CHECK")

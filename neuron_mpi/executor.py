@@ -192,7 +192,7 @@ class Execution:
     """One run of a plan. ``bufs`` maps "in"/"out"/"tmp" to flat arrays."""
 
     def __init__(self, engine, plan: Plan, bufs: dict, comm_id: int, seq: int, op: str,
-                 reduce_op: str = "sum", agreement=None):
+                 reduce_op: str = "sum", agreement=None, tracer=None):
         self.engine = engine
         self.plan = plan
         self.bufs = bufs
@@ -215,6 +215,7 @@ class Execution:
         self.error: BaseException | None = None
         self.t_start = time.perf_counter()
         self.t_end = None
+        self._tr = tracer  # neuron_mpi.tracing.Recorder, or None (tracing off)
 
     def waiting_for(self):
         """(step index, [(peer, xid)]) this execution still waits on: for diagnosis."""
@@ -259,16 +260,26 @@ class Execution:
         steps = self.plan.steps
         eng = self.engine
         cid, seq = self.comm_id, self.seq
+        tr = self._tr
         while self.step < len(steps):
             kind, st = steps[self.step]
             if kind == "locals":
+                if tr is not None:
+                    tr.step_begin(cid, seq, self.step, "locals")
                 for lo in st:
                     self._local(lo)
+                if tr is not None:
+                    tr.step_end(cid, seq, self.step)
                 self.step += 1
                 continue
             if not self._posted:
+                if tr is not None:
+                    tr.step_begin(cid, seq, self.step, "round", len({s.xid for s in st.sends}),
+                                  len({r.xid for r in st.recvs}))
                 bufs = self.bufs
                 for s in st.sends:
+                    if tr is not None and s.piece == 0:
+                        tr.sent(cid, seq, s.xid, s.dst, s.total)
                     payload = bufs[s.buf][s.off:s.off + s.count].view(np.uint8)
                     p = eng.send((cid, seq, s.xid, s.piece), s.dst, payload, s.total)
                     if p is not None:
@@ -292,12 +303,16 @@ class Execution:
                         still.append(i)
                     else:
                         self._deliver(a, r)
+                        if tr is not None:
+                            tr.received(cid, seq, r.xid, r.src, r.count * self._itemsize)
                 self._missing = still
                 if still:
                     return False
             for p in self._pending:
                 p.detach()  # the buffers change from here on
             self._pending = []
+            if tr is not None:
+                tr.step_end(cid, seq, self.step)
             self.step += 1
             self._posted = False
         self._finish()

@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write every row, the command, topology, machine and versions")
     o.add_argument("--plot", metavar="FILE.png",
                    help="draw busbw against size (needs matplotlib: neuron-mpi[plot])")
+    o.add_argument("--link-stats", metavar="FILE", dest="link_stats",
+                   help="write every rank's link_stats() (bytes and messages per link "
+                        "since init), merged: the input of neuron-mpi topo --heat")
     t = p.add_argument_group(
         "topology", "Unset options come from env NEURON_MPI_INSTANCE, "
         f"NEURON_LOGICAL_NC_CONFIG, NEURON_MPI_NODES (neuron-mpirun sets them), else "
@@ -180,7 +183,8 @@ def parse_args(argv):
                    show_redop=redop == "all", stats=stats,
                    show_algorithm=args.show_algorithm, groups=groups, json=args.json,
                    instance=args.instance, lnc=args.lnc, nodes=args.nodes,
-                   algorithm=args.algorithm, vs_mpi=args.vs_mpi, plot=args.plot)
+                   algorithm=args.algorithm, vs_mpi=args.vs_mpi, plot=args.plot,
+                   link_stats=args.link_stats)
     return opts, args
 
 

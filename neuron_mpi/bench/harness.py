@@ -54,6 +54,7 @@ class Options:
     algorithm: str | None = None
     vs_mpi: bool = False
     plot: str | None = None
+    link_stats: str | None = None  # merged link_stats() of every rank, written at the end
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -263,5 +264,13 @@ class Bench:
             if plot_path:
                 report.plot(plot_path, rows, title)
                 self.say(f"# wrote {plot_path}")
+        if self.opts.link_stats:
+            from .. import linkstats
+
+            self.quiesce()
+            entries = linkstats.gather(self.world, self.mpi_world)
+            if self.rank == 0:
+                linkstats.write(self.opts.link_stats, self.topo, entries, command)
+                self.say(f"# wrote {self.opts.link_stats}")
         self.quiesce()  # no rank leaves (and maybe aborts the job) before rank 0 is done
         return 0 if wrong == 0 else 1

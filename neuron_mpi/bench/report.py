@@ -192,3 +192,73 @@ def plot(path: str, rows, title: str = "") -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+_TIME_LINES = (("time_us", "emulated (this machine)", "o-"),
+               ("mpi_time_us", "native MPI (this machine)", "^:"),
+               ("model_time_us", "model (the real hardware)", "s--"))
+
+
+def _time_panel(ax, rows, title: str) -> list[str]:
+    rs = sorted(rows, key=lambda r: r["size"])
+    xs = [r["size"] for r in rs]
+    drawn = []
+    for key, label, style in _TIME_LINES:
+        pts = [(x, r.get(key)) for x, r in zip(xs, rs) if r.get(key)]
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label)
+            drawn.append(label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("time (us)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    return drawn
+
+
+def plot_times(path: str, rows, title: str = "") -> list[str]:
+    """Time against size for one operation: emulated and native MPI on this machine,
+    and the model's time on the real hardware (rows of one op and redop). Returns
+    the lines drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    drawn = _time_panel(ax, rows, title)
+    ax.legend(fontsize=8)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return drawn
+
+
+def plot_times_grid(path: str, rows, title: str = "") -> dict:
+    """``plot_times`` for every operation in ``rows``, one panel each, in one figure.
+    Returns the lines drawn per operation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ops = list(dict.fromkeys(r["op"] for r in rows))
+    cols = min(3, len(ops))
+    nrows = -(-len(ops) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.4 * nrows + 0.6),
+                             squeeze=False)
+    drawn = {}
+    for ax, op in zip(axes.flat, ops):
+        drawn[op] = _time_panel(ax, [r for r in rows if r["op"] == op], op)
+    for ax in list(axes.flat)[len(ops):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=9, frameon=False)
+    fig.suptitle(title, fontsize=11)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return drawn

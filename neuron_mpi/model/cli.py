@@ -53,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png", help="draw busbw against size")
     p.add_argument("--report-to-json-file", metavar="FILE", dest="json",
                    help="write the rows and the parameters as JSON")
+    p.add_argument("--trace", metavar="FILE.json",
+                   help="write the modeled run as a timeline (trace-event JSON for "
+                        "ui.perfetto.dev): one call per size, back to back; "
+                        "docs/trace.md")
     p.add_argument("--params", action="store_true",
                    help="print the link figures the model uses, with their sources")
     return p
@@ -79,6 +83,33 @@ def rows_for(args) -> list[dict]:
                      "busbw": p.busbw, "algorithm": p.algorithm, "ranks": p.ranks,
                      "breakdown": p.cost.as_dict()})
     return rows, view
+
+
+def write_trace(args, view, rows) -> None:
+    """The modeled timeline of every row (model/timeline.py)."""
+    from .. import timeline as tl
+    from ..kernels import canonical_dtype
+    from .predict import schedule_of
+    from .timeline import build
+    from .workload import workload
+
+    itemsize = canonical_dtype(args.datatype).itemsize
+    calls = []
+    for r in rows:
+        ring = view.rings[0] if r["op"] == "permute" else None
+        wl = workload(r["op"], r["size"], view.size, itemsize, ring)
+        algo, sched = schedule_of(view, wl, args.algorithm, args.redop)
+        calls.append((r["op"], sched, itemsize, {"algorithm": algo, "bytes": r["size"],
+                                                 "dtype": r["type"],
+                                                 "time_us": r["time_us"]}))
+    doc = build(view, calls)
+    problems = tl.check(doc)
+    if problems:  # a bug of ours, not of the command line
+        raise RuntimeError("modeled timeline not valid: " + "; ".join(problems[:5]))
+    tl.write(doc, args.trace)
+    o = doc["otherData"]
+    sys.stdout.write(f"# trace: {args.trace}: {o['calls']} call(s), {o['steps']} rank step "
+                     f"slices, {o['flows']} transfers, {o['time_us']:.2f} us modeled\n")
 
 
 def main(argv=None) -> int:
@@ -126,6 +157,8 @@ def main(argv=None) -> int:
                    "parameters": parameters(topo.instance), "rows": rows,
                    "avg_busbw": report.avg_busbw(rows)}
             report.write_json(args.json, rep)
+        if args.trace:
+            write_trace(args, view, rows)
         if args.plot:
             pts = [{"op": op, "redop": r["redop"], "size": r["size"],
                     "model_busbw": r["busbw"]} for r in rows]

@@ -47,39 +47,38 @@ class Cost:
                 "local_us": self.local_us, "bytes_by_kind": dict(self.bytes_by_kind)}
 
 
-def _locals_time(step: Locals, member_chip: np.ndarray, itemsize: int, hbm: float,
-                 n_chips: int) -> float:
+def _locals_per_chip(step: Locals, member_chip: np.ndarray, itemsize: int, hbm: float,
+                     n_chips: int) -> np.ndarray:
+    """Microseconds of HBM work per chip for one Locals step."""
     if not step.ops:
-        return 0.0
+        return np.zeros(n_chips)
     chips = np.fromiter((member_chip[lo.rank] for lo in step.ops), np.int64, len(step.ops))
     work = np.fromiter((LOCAL_TRAFFIC[lo.kind] * lo.count * itemsize for lo in step.ops),
                        np.float64, len(step.ops))
-    per_chip = np.bincount(chips, weights=work, minlength=n_chips)
-    return float(per_chip.max()) / (hbm * 1e3)
+    return np.bincount(chips, weights=work, minlength=n_chips) / (hbm * 1e3)
 
 
-def price(schedule, view, itemsize: int) -> Cost:
-    """The modeled time of ``schedule`` on ``view``'s topology, in microseconds."""
+def priced_steps(schedule, view, itemsize: int):
+    """Each step of ``schedule`` with its modeled times, in order:
+    ``("locals", step, per_chip_us, time_us)`` or ``("round", hops, hop_t, chain,
+    red_t, time_us)`` (``hops`` a lowering.RoundHops; ``hop_t`` per hop, ``chain`` and
+    ``red_t`` per transfer, all in microseconds). ``price`` sums them; the modeled
+    timeline (model/timeline.py) lays them out."""
     lw = lowerer(view)
     steps = lw.lower(schedule, itemsize)
     l_src, l_dst, l_bw, l_lat, l_efa = lw.links.arrays()
-    kinds = np.asarray(lw.links.kind, object)
     hbm = view.topo.spec.hbm_GBps
     nc = lw.n_chips
-    cost = Cost(0.0)
-    by_kind = np.zeros(len(kinds))
     for st in steps:
         if isinstance(st, Locals):
-            t = _locals_time(st, lw.chip, itemsize, hbm, nc)
-            cost.local_us += t
-            cost.time_us += t
+            per_chip = _locals_per_chip(st, lw.chip, itemsize, hbm, nc)
+            yield ("locals", st, per_chip, float(per_chip.max()) if len(per_chip) else 0.0)
             continue
-        cost.rounds += 1
         if st.n_xfers == 0:
+            e = np.zeros(0)
+            yield ("round", st, e, e, e, 0.0)
             continue
-        cost.hops += len(st.link)
         load = np.bincount(st.link, weights=st.nbytes, minlength=len(l_bw))
-        by_kind += load
         hop_load = load[st.link]
         efa = l_efa[st.link]
         if efa.any():
@@ -95,6 +94,28 @@ def price(schedule, view, itemsize: int) -> Cost:
                                weights=REDUCE_DELIVERY_TRAFFIC * st.xfer_bytes[st.reduce],
                                minlength=nc)
             red_t[st.reduce] = work[st.dst_chip[st.reduce]] / (hbm * 1e3)
+        yield ("round", st, hop_t, chain, red_t, float((chain + red_t).max()))
+
+
+def price(schedule, view, itemsize: int) -> Cost:
+    """The modeled time of ``schedule`` on ``view``'s topology, in microseconds."""
+    items = list(priced_steps(schedule, view, itemsize))  # lowers (meets the links) first
+    lw = lowerer(view)
+    kinds = np.asarray(lw.links.kind, object)
+    cost = Cost(0.0)
+    by_kind = np.zeros(len(kinds))
+    for item in items:
+        if item[0] == "locals":
+            t = item[3]
+            cost.local_us += t
+            cost.time_us += t
+            continue
+        _, st, hop_t, chain, red_t, _t = item
+        cost.rounds += 1
+        if st.n_xfers == 0:
+            continue
+        cost.hops += len(st.link)
+        by_kind += np.bincount(st.link, weights=st.nbytes, minlength=len(by_kind))
         total = chain + red_t
         k = int(np.argmax(total))
         cost.transfer_us += float(chain[k])

@@ -69,6 +69,14 @@ def group_view(instance=None, lnc=None, nodes=None, ranks=None) -> GroupView:
     return GroupView(topo, [n * rpn + k for n in range(nodes) for k in range(per)])
 
 
+def schedule_of(view: GroupView, wl: Workload, algorithm=None, op_reduce="sum"):
+    """(algorithm, Schedule) the communicator would run for ``wl`` on ``view``."""
+    algo = choose(wl.sched_op, view, algorithm, wl.size)
+    avg = op_reduce == "avg" and wl.sched_op in ("all_reduce", "reduce_scatter",
+                                                 "reduce_scatter_v")
+    return algo, schedule_for(view, wl.sched_op, algo, wl.sizes, avg, wl.extra)
+
+
 def predict_workload(view: GroupView, wl: Workload, algorithm=None, dtype_name="fp32",
                      op_reduce="sum") -> Prediction:
     """Price a workload on a group view (the bench's entry point)."""
@@ -76,10 +84,7 @@ def predict_workload(view: GroupView, wl: Workload, algorithm=None, dtype_name="
     if op_reduce not in REDUCE_OPS:
         raise ValueError(f"op_reduce: expected one of {', '.join(REDUCE_OPS)}, got "
                          f"{op_reduce!r}")
-    algo = choose(wl.sched_op, view, algorithm, wl.size)
-    avg = op_reduce == "avg" and wl.sched_op in ("all_reduce", "reduce_scatter",
-                                                 "reduce_scatter_v")
-    sched = schedule_for(view, wl.sched_op, algo, wl.sizes, avg, wl.extra)
+    algo, sched = schedule_of(view, wl, algorithm, op_reduce)
     cost = price(sched, view, wl.itemsize)
     t = max(cost.time_us, 1e-9)
     algbw = wl.size / (t * 1e3)

@@ -11,7 +11,7 @@ into the kernel loops.
 
 Note: numba's disk cache is keyed on the file that defines a kernel; a
 change here does not invalidate cached kernels of other files.  After
-editing this file, clear NUMBA_CACHE_DIR (and kernels/__pycache__).
+editing this file, clear NUMBA_CACHE_DIR (and neuron_mpi/kernels/__pycache__).
 """
 from __future__ import annotations
 

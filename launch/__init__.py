@@ -1,1 +1,0 @@
-"""neuron_mpi.launch: the ``neuron-mpirun`` launcher (see launch/mpirun.py)."""

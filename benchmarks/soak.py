@@ -128,14 +128,15 @@ PROBE = ("rss", "anon", "malloc_used", "malloc_free", "pymalloc_blocks", "traced
          "gc_objects")
 
 
-def probe() -> list[float]:
+def probe(objects: bool = False) -> list[float]:
     """Memory of this process, split by who holds it: resident and anonymous bytes
     (rss_bytes); C heap bytes in use (glibc mallinfo2: uordblks + hblkhd, every
     arena: numba/LLVM, MPI, NumPy's buffers) and free bytes the C heap keeps
     (fordblks: freed but not returned, i.e. fragmentation); pymalloc blocks in use
     (sys.getallocatedblocks: small Python objects); bytes traced by tracemalloc
-    (Python objects and NumPy buffers; 0 when off); objects tracked by the cycle
-    collector."""
+    (Python objects and NumPy buffers; 0 when off); with ``objects``, the objects
+    tracked by the cycle collector (else 0: counting them builds a list of them all,
+    ~1 MB that then stays in the C heap and would show as growth)."""
     rss, anon = rss_bytes()
     if _MALLINFO2 is not None:
         mi = _MALLINFO2()
@@ -144,7 +145,7 @@ def probe() -> list[float]:
         used = free = 0
     traced = tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else 0
     return [rss, anon, used, free, sys.getallocatedblocks(), traced,
-            len(gc.get_objects())]
+            len(gc.get_objects()) if objects else 0]
 
 
 # structures that hold entries across calls, counted by census()
@@ -162,14 +163,12 @@ def census(world, comms) -> list[int]:
     from neuron_mpi.algorithms.select import schedule_for
     eng = world._engine
     cs = [world] + [c for c in comms if c is not world]
+    from numba.core.dispatcher import Dispatcher
     overloads = 0
     for name, mod in list(sys.modules.items()):
-        if not name.startswith("neuron_mpi") or mod is None:
-            continue
-        for obj in list(vars(mod).values()):
-            ov = getattr(obj, "overloads", None)
-            if isinstance(ov, dict) and hasattr(obj, "py_func"):
-                overloads += len(ov)
+        if name.startswith("neuron_mpi") and mod is not None:
+            overloads += sum(len(obj.overloads) for obj in vars(mod).values()
+                             if isinstance(obj, Dispatcher))
     boards = len(eng.shm._boards) if eng.shm is not None else 0
     return [len(eng.inbox), len(eng.outq), len(eng.active),
             sum(len(c._plans) for c in cs),
@@ -186,9 +185,9 @@ def top_growth(first, second, limit: int, key: str) -> list[str]:
               tracemalloc.Filter(False, "<unknown>")]
     a, b = first.filter_traces(ignore), second.filter_traces(ignore)
     lines = []
-    for st in b.compare_to(a, key)[:limit]:
-        if st.size_diff <= 0:
-            break
+    grown = sorted((st for st in b.compare_to(a, key) if st.size_diff > 0),
+                   key=lambda st: -st.size_diff)
+    for st in grown[:limit]:
         lines.append(f"  {st.size_diff / 1024:+9.1f} KiB {st.count_diff:+7d} blocks "
                      f"(now {st.size / 1024:.1f} KiB in {st.count})")
         frames = list(st.traceback)[::-1]  # most recent first
@@ -477,7 +476,7 @@ def main(argv=None) -> int:
             # from here on: what the calls allocate and keep (started earlier, the
             # tracing slows numba's loading of compiled code past the deadlines)
             tracemalloc.start(args.tracemalloc)
-        marks[name] = (probe(), census(world, soak.comms))
+        marks[name] = (probe(args.drain), census(world, soak.comms))
         if snaps is not None:  # on disk: a snapshot kept in memory would count as growth
             tracemalloc.take_snapshot().dump(os.path.join(snaps, name))
             gc.collect()
@@ -494,7 +493,7 @@ def main(argv=None) -> int:
         soak.one(i)
         if args.probe_every and world.rank == 0 and i >= warmup and \
                 (i + 1 - warmup) % args.probe_every == 0:
-            pr, ce = probe(), census(world, soak.comms)
+            pr, ce = probe(args.drain), census(world, soak.comms)
             print("soak: probe " + json.dumps(
                 {"call": i + 1, **{k: round(v / 2 ** 20, 3) if k not in (
                     "pymalloc_blocks", "gc_objects") else int(v) for k, v in zip(PROBE, pr)},

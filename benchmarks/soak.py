@@ -2,6 +2,7 @@
 
     neuron-mpirun -n 64 python benchmarks/soak.py [--calls 3000] [--seed 1]
         [--max-elems 256] [--warmup 200] [--timeout 120] [--json out.json]
+        [--sizes-pool K] [--tracemalloc FRAMES] [--drain] [--probe-every K]
     mpiexec -n 4 python -m mpi4py benchmarks/soak.py --calls 100
     mpiexec -n 8 python -m mpi4py benchmarks/soak.py --check-overhead 2000
 
@@ -24,6 +25,16 @@ in between (also split at the half-way call, to tell a filling cache from a leak
 max and mean over ranks, and peak RSS (getrusage ru_maxrss), max over
 ranks. Exit status 0 if nothing failed. No pickle:
 the metrics are gathered with neuron_mpi's own all_gather.
+
+Memory tooling: the report's ``memory_mib`` splits each figure by holder (``probe``:
+C heap in use and free from glibc mallinfo2, pymalloc arenas and blocks, tracemalloc's
+total) and ``census_*`` counts the entries of every per-rank structure that lives
+across calls (``census``). ``--tracemalloc FRAMES``: rank 0 prints the allocation
+sites that grew after the warm-up (tracing starts there) and in each half.
+``--drain``: empty the plan and schedule caches and collect cycles before the
+warm-up and end measurements, and count tracked objects and anonymous bytes by kind
+of mapping (/proc/self/smaps). ``--probe-every K``: rank 0 prints its figures every
+K calls. docs/reliability.md ("Soak") reads them.
 
 ``--check-overhead N`` instead times N all_reduces of 8 fp32 elements with the
 argument agreement on (NEURON_MPI_CHECK=1) and N with it off, in alternating blocks
@@ -124,19 +135,73 @@ def _mallinfo2():
 _MALLINFO2 = _mallinfo2()
 
 # per-rank memory figures at a checkpoint (probe()), in this order
-PROBE = ("rss", "anon", "malloc_used", "malloc_free", "pymalloc_blocks", "traced",
-         "gc_objects")
+PROBE = ("rss", "anon", "malloc_used", "malloc_free", "pymalloc_arenas", "pymalloc_blocks",
+         "traced", "gc_objects", "anon_heap", "anon_exec", "anon_other")
 
 
-def probe(objects: bool = False) -> list[float]:
+def anon_by_mapping() -> list[int]:
+    """Anonymous resident bytes (/proc/self/smaps "Anonymous:") by kind of mapping:
+    the main C heap ([heap]); executable mappings without a file (numba's compiled
+    code, loaded by LLVM); the rest (pymalloc's arenas, the heaps malloc gives other
+    threads, its large blocks, stacks, private copies of file pages: the kernel
+    merges neighbouring anonymous mappings, so these cannot be told apart). Zeros
+    where smaps cannot be read."""
+    out = [0, 0, 0]
+    try:
+        with open("/proc/self/smaps") as f:
+            text = f.read()
+    except OSError:
+        return out
+    kind = 2
+    for line in text.splitlines():
+        head = line.split(None, 5)
+        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            name = head[5] if len(head) > 5 else ""
+            if name == "[heap]":
+                kind = 0
+            elif not name and "x" in head[1]:
+                kind = 1
+            else:
+                kind = 2
+        elif line.startswith("Anonymous:"):
+            out[kind] += int(line.split()[1]) * 1024
+    return out
+
+
+def pymalloc_arena_bytes() -> int:
+    """Bytes of the arenas pymalloc holds now (sys._debugmallocstats, which prints to
+    the C stderr: read through a temporary file); an arena goes back to the system
+    only once every object in it is freed. 0 if unavailable."""
+    try:
+        with tempfile.TemporaryFile() as f:
+            sys.stderr.flush()
+            saved = os.dup(2)
+            os.dup2(f.fileno(), 2)
+            try:
+                sys._debugmallocstats()
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+            f.seek(0)
+            text = f.read().decode(errors="replace")
+    except (AttributeError, OSError):
+        return 0
+    for line in text.splitlines():
+        if "bytes/arena" in line:
+            return int(line.rsplit("=", 1)[1].replace(",", ""))
+    return 0
+
+
+def probe(detail: bool = False) -> list[float]:
     """Memory of this process, split by who holds it: resident and anonymous bytes
     (rss_bytes); C heap bytes in use (glibc mallinfo2: uordblks + hblkhd, every
     arena: numba/LLVM, MPI, NumPy's buffers) and free bytes the C heap keeps
-    (fordblks: freed but not returned, i.e. fragmentation); pymalloc blocks in use
-    (sys.getallocatedblocks: small Python objects); bytes traced by tracemalloc
-    (Python objects and NumPy buffers; 0 when off); with ``objects``, the objects
-    tracked by the cycle collector (else 0: counting them builds a list of them all,
-    ~1 MB that then stays in the C heap and would show as growth)."""
+    (fordblks: freed but not returned, i.e. fragmentation); bytes of pymalloc's
+    arenas and its blocks in use (sys.getallocatedblocks: small Python objects); bytes traced by tracemalloc
+    (Python objects and NumPy buffers; 0 when off); with ``detail``, the objects
+    tracked by the cycle collector and the anonymous bytes by kind of mapping
+    (anon_by_mapping) (else 0: the list of all objects, ~1 MB, and the text of
+    /proc/self/smaps stay in the C heap once freed and would show as growth)."""
     rss, anon = rss_bytes()
     if _MALLINFO2 is not None:
         mi = _MALLINFO2()
@@ -144,8 +209,9 @@ def probe(objects: bool = False) -> list[float]:
     else:
         used = free = 0
     traced = tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else 0
-    return [rss, anon, used, free, sys.getallocatedblocks(), traced,
-            len(gc.get_objects()) if objects else 0]
+    return [rss, anon, used, free, pymalloc_arena_bytes(), sys.getallocatedblocks(), traced,
+            len(gc.get_objects()) if detail else 0] + (anon_by_mapping() if detail
+                                                       else [0, 0, 0])
 
 
 # structures that hold entries across calls, counted by census()

@@ -487,9 +487,9 @@ def test_repeated_calls_keep_nothing_per_call():
     async, on the world and the halves, send/recv, a rejected argument) leave every
     per-rank structure with the entries it had (inbox, queue, executions in flight,
     plans, point-to-point counters, flight recorder, schedule and next-hop caches,
-    boards, numba specialisations), no more objects for the cycle collector, and
-    fewer new pymalloc blocks than half a block per call (docs/reliability.md, Soak:
-    what one such entry or object per call would add)."""
+    boards, numba specialisations), fewer new objects for the cycle collector than a
+    quarter per call and fewer new pymalloc blocks than half a block per call
+    (docs/reliability.md, Soak: what one such entry or object per call adds)."""
     launch = job("steady")
     assert launch.rc == 0, launch.tail()
     recs = [json.loads(line[len("steady "):]) for line in launch.out.splitlines()
@@ -504,5 +504,7 @@ def test_repeated_calls_keep_nothing_per_call():
         for k in ("inbox", "outq", "active"):
             assert r["census_after"][k] == 0, (k, r)
         grew = {k: r["probe_after"][k] - r["probe_before"][k] for k in r["probe_before"]}
-        assert grew["gc_objects"] <= 20, (grew, r)
+        # one-time offsets (85 objects, ~360 blocks on this host) are allowed; one
+        # object or block kept per call would add about `calls`
+        assert grew["gc_objects"] < calls / 4, (grew, r)
         assert grew["pymalloc_blocks"] < calls / 2, (grew, r)

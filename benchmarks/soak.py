@@ -2,6 +2,7 @@
 
     neuron-mpirun -n 64 python benchmarks/soak.py [--calls 3000] [--seed 1]
         [--max-elems 256] [--warmup 200] [--timeout 120] [--json out.json]
+        [--sizes-pool K] [--tracemalloc FRAMES] [--drain] [--probe-every K]
     mpiexec -n 4 python -m mpi4py benchmarks/soak.py --calls 100
     mpiexec -n 8 python -m mpi4py benchmarks/soak.py --check-overhead 2000
 
@@ -25,6 +26,16 @@ max and mean over ranks, and peak RSS (getrusage ru_maxrss), max over
 ranks. Exit status 0 if nothing failed. No pickle:
 the metrics are gathered with neuron_mpi's own all_gather.
 
+Memory tooling: the report's ``memory_mib`` splits each figure by holder (``probe``:
+C heap in use and free from glibc mallinfo2, pymalloc arenas and blocks, tracemalloc's
+total) and ``census_*`` counts the entries of every per-rank structure that lives
+across calls (``census``). ``--tracemalloc FRAMES``: rank 0 prints the allocation
+sites that grew after the warm-up (tracing starts there) and in each half.
+``--drain``: empty the plan and schedule caches and collect cycles before the
+warm-up and end measurements, and count tracked objects and anonymous bytes by kind
+of mapping (/proc/self/smaps). ``--probe-every K``: rank 0 prints its figures every
+K calls. docs/reliability.md ("Soak") reads them.
+
 ``--check-overhead N`` instead times N all_reduces of 8 fp32 elements with the
 argument agreement on (NEURON_MPI_CHECK=1) and N with it off, in alternating blocks
 of 100 within one run, and reports the median per-call times (max over ranks of each
@@ -33,11 +44,15 @@ block) and their ratio.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
 import json
 import os
 import resource
 import sys
+import tempfile
 import time
+import tracemalloc
 
 import ml_dtypes
 import numpy as np
@@ -74,6 +89,20 @@ def parse_args(argv=None):
     p.add_argument("--verbose", action="store_true", help="rank 0 prints progress")
     p.add_argument("--check-overhead", type=int, metavar="N", default=0,
                    help="time N small all_reduces with the agreement on and N off")
+    p.add_argument("--tracemalloc", type=int, metavar="FRAMES", default=0,
+                   help="trace Python allocations (tracemalloc, FRAMES deep) on every "
+                        "rank from the end of the warm-up; rank 0 prints the allocation "
+                        "sites that grew after the warm-up and in each half (default 0: "
+                        "off)")
+    p.add_argument("--probe-every", type=int, metavar="K", default=0,
+                   help="rank 0 prints its memory figures (probe) and structure counts "
+                        "(census) every K calls after the warm-up: the growth curve")
+    p.add_argument("--drain", action="store_true",
+                   help="at the warm-up and at the end, empty the bounded caches (plans, "
+                        "schedules) and collect cycles before measuring: what then remains "
+                        "above the warm-up is memory no cache accounts for")
+    p.add_argument("--top", type=int, default=12,
+                   help="with --tracemalloc: how many growing sites to print (default 12)")
     return p.parse_args(argv)
 
 
@@ -85,6 +114,160 @@ def rss_bytes() -> tuple[int, int]:
         fields = f.read().split()
     page = os.sysconf("SC_PAGE_SIZE")
     return int(fields[1]) * page, (int(fields[1]) - int(fields[2])) * page
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def _mallinfo2():
+    try:
+        fn = ctypes.CDLL(None).mallinfo2  # glibc >= 2.33
+    except (AttributeError, OSError):
+        return None
+    fn.restype = _MallInfo2
+    fn.argtypes = []
+    return fn
+
+
+_MALLINFO2 = _mallinfo2()
+
+# per-rank memory figures at a checkpoint (probe()), in this order
+PROBE = ("rss", "anon", "malloc_used", "malloc_free", "pymalloc_arenas", "pymalloc_blocks",
+         "traced", "gc_objects", "anon_heap", "anon_exec", "anon_other")
+
+
+def anon_by_mapping() -> list[int]:
+    """Anonymous resident bytes (/proc/self/smaps "Anonymous:") by kind of mapping:
+    the main C heap ([heap]); executable mappings without a file (numba's compiled
+    code, loaded by LLVM); the rest (pymalloc's arenas, the heaps malloc gives other
+    threads, its large blocks, stacks, private copies of file pages: the kernel
+    merges neighbouring anonymous mappings, so these cannot be told apart). Zeros
+    where smaps cannot be read."""
+    out = [0, 0, 0]
+    try:
+        with open("/proc/self/smaps") as f:
+            text = f.read()
+    except OSError:
+        return out
+    kind = 2
+    for line in text.splitlines():
+        head = line.split(None, 5)
+        if head and "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+            name = head[5] if len(head) > 5 else ""
+            if name == "[heap]":
+                kind = 0
+            elif not name and "x" in head[1]:
+                kind = 1
+            else:
+                kind = 2
+        elif line.startswith("Anonymous:"):
+            out[kind] += int(line.split()[1]) * 1024
+    return out
+
+
+def pymalloc_arena_bytes() -> int:
+    """Bytes of the arenas pymalloc holds now (sys._debugmallocstats, which prints to
+    the C stderr: read through a temporary file); an arena goes back to the system
+    only once every object in it is freed. 0 if unavailable."""
+    try:
+        with tempfile.TemporaryFile() as f:
+            sys.stderr.flush()
+            saved = os.dup(2)
+            os.dup2(f.fileno(), 2)
+            try:
+                sys._debugmallocstats()
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+            f.seek(0)
+            text = f.read().decode(errors="replace")
+    except (AttributeError, OSError):
+        return 0
+    for line in text.splitlines():
+        if "bytes/arena" in line:
+            return int(line.rsplit("=", 1)[1].replace(",", ""))
+    return 0
+
+
+def probe(detail: bool = False) -> list[float]:
+    """Memory of this process, split by who holds it: resident and anonymous bytes
+    (rss_bytes); C heap bytes in use (glibc mallinfo2: uordblks + hblkhd, every
+    arena: numba/LLVM, MPI, NumPy's buffers) and free bytes the C heap keeps
+    (fordblks: freed but not returned, i.e. fragmentation); bytes of pymalloc's
+    arenas and its blocks in use (sys.getallocatedblocks: small Python objects); bytes traced by tracemalloc
+    (Python objects and NumPy buffers; 0 when off); with ``detail``, the objects
+    tracked by the cycle collector and the anonymous bytes by kind of mapping
+    (anon_by_mapping) (else 0: the list of all objects, ~1 MB, and the text of
+    /proc/self/smaps stay in the C heap once freed and would show as growth)."""
+    rss, anon = rss_bytes()
+    if _MALLINFO2 is not None:
+        mi = _MALLINFO2()
+        used, free = mi.uordblks + mi.hblkhd, mi.fordblks
+    else:
+        used = free = 0
+    traced = tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else 0
+    return [rss, anon, used, free, pymalloc_arena_bytes(), sys.getallocatedblocks(), traced,
+            len(gc.get_objects()) if detail else 0] + (anon_by_mapping() if detail
+                                                       else [0, 0, 0])
+
+
+# structures that hold entries across calls, counted by census()
+CENSUS = ("inbox", "outq", "active", "plans", "p2p", "recorder", "schedules",
+          "next_hops", "boards", "numba_overloads")
+
+
+def census(world, comms) -> list[int]:
+    """Entries in every per-rank structure that lives across calls: the engine's
+    inbox, queue of pieces waiting for room and executions in flight; the plans of
+    every communicator and their point-to-point counters; the flight recorder; the
+    schedule cache; the next-hop cache; the agreement boards; the compiled
+    specialisations of every numba function of neuron_mpi. A leak shows as a count
+    that grows with the calls."""
+    from neuron_mpi.algorithms.select import schedule_for
+    eng = world._engine
+    cs = [world] + [c for c in comms if c is not world]
+    from numba.core.dispatcher import Dispatcher
+    overloads = 0
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("neuron_mpi") and mod is not None:
+            overloads += sum(len(obj.overloads) for obj in vars(mod).values()
+                             if isinstance(obj, Dispatcher))
+    boards = len(eng.shm._boards) if eng.shm is not None else 0
+    return [len(eng.inbox), len(eng.outq), len(eng.active),
+            sum(len(c._plans) for c in cs),
+            sum(len(c._p2p_sent) + len(c._p2p_recv) for c in cs),
+            len(world._recorder.entries), schedule_for.cache_info().currsize,
+            len(eng.hops._cache), boards, overloads]
+
+
+def top_growth(first, second, limit: int, key: str) -> list[str]:
+    """The allocation sites (tracemalloc ``key``: lineno or traceback) that grew
+    most from snapshot ``first`` to ``second``, as text lines."""
+    ignore = [tracemalloc.Filter(False, tracemalloc.__file__),
+              tracemalloc.Filter(False, "<frozen importlib._bootstrap>"),
+              tracemalloc.Filter(False, "<unknown>")]
+    a, b = first.filter_traces(ignore), second.filter_traces(ignore)
+    lines = []
+    grown = sorted((st for st in b.compare_to(a, key) if st.size_diff > 0),
+                   key=lambda st: -st.size_diff)
+    for st in grown[:limit]:
+        lines.append(f"  {st.size_diff / 1024:+9.1f} KiB {st.count_diff:+7d} blocks "
+                     f"(now {st.size / 1024:.1f} KiB in {st.count})")
+        frames = list(st.traceback)[::-1]  # most recent first
+        for fr in frames[:8 if key == "traceback" else 1]:
+            lines.append(f"      {_short(fr.filename)}:{fr.lineno}")
+    return lines
+
+
+def _short(path: str) -> str:
+    for mark in ("/site-packages/", "/neuron_mpi/", "/kernels/", "/benchmarks/"):
+        i = path.rfind(mark)
+        if i >= 0:
+            return path[i + 1:] if mark != "/site-packages/" else path[i + len(mark):]
+    return path
 
 
 def values(rng_seed: int, rank: int, count: int, g: int, dname: str, op: str) -> np.ndarray:
@@ -338,31 +521,65 @@ def main(argv=None) -> int:
     warmup = args.warmup if args.warmup is not None else max(1, args.calls // 10)
     warmup = min(warmup, args.calls)
     soak = Soak(world, args)
+    snaps = tempfile.mkdtemp(prefix="soak-tm-") if args.tracemalloc and world.rank == 0 \
+        else None
     world.barrier(timeout=args.timeout)
     t0 = time.perf_counter()
-    rss0 = rss_bytes()
     half = (warmup + args.calls) // 2
-    rssh = rss0
+    marks: dict[str, list] = {}  # checkpoint -> (probe, census)
+
+    def drain():
+        from neuron_mpi.algorithms.select import schedule_for
+        for c in soak.comms:
+            c._plans.clear()
+        schedule_for.cache_clear()
+        gc.collect()
+
+    def checkpoint(name):
+        if args.drain:
+            drain()
+        if name == "warm" and args.tracemalloc:
+            # from here on: what the calls allocate and keep (started earlier, the
+            # tracing slows numba's loading of compiled code past the deadlines)
+            tracemalloc.start(args.tracemalloc)
+        marks[name] = (probe(args.drain), census(world, soak.comms))
+        if snaps is not None:  # on disk: a snapshot kept in memory would count as growth
+            tracemalloc.take_snapshot().dump(os.path.join(snaps, name))
+            gc.collect()
+
+    if warmup == 0 or warmup >= args.calls:
+        checkpoint("warm")
     for i in range(args.calls):
-        if i == warmup:
+        if i == warmup and "warm" not in marks:
             world.barrier(timeout=args.timeout)
-            rss0 = rssh = rss_bytes()
+            checkpoint("warm")
             t_warm = time.perf_counter()
         if i == half:
-            rssh = rss_bytes()
+            checkpoint("half")
         soak.one(i)
+        if args.probe_every and world.rank == 0 and i >= warmup and \
+                (i + 1 - warmup) % args.probe_every == 0:
+            pr, ce = probe(args.drain), census(world, soak.comms)
+            print("soak: probe " + json.dumps(
+                {"call": i + 1, **{k: round(v / 2 ** 20, 3) if k not in (
+                    "pymalloc_blocks", "gc_objects") else int(v) for k, v in zip(PROBE, pr)},
+                 **dict(zip(CENSUS, ce))}), flush=True)
         if args.verbose and world.rank == 0 and (i + 1) % 500 == 0:
             print(f"soak: {i + 1} calls, {time.perf_counter() - t0:.1f} s", flush=True)
     world.barrier(timeout=args.timeout)
     wall = time.perf_counter() - t0
-    if warmup >= args.calls:
-        t_warm = time.perf_counter()
+    if warmup >= args.calls or warmup == 0:
+        t_warm = t0 if warmup == 0 else time.perf_counter()
     wall_after = time.perf_counter() - t_warm
-    rss1 = rss_bytes()
+    checkpoint("end")
+    marks.setdefault("half", marks["end"])
+    (p0, c0), (ph, ch), (p1, c1) = marks["warm"], marks["half"], marks["end"]
+    rss0, rssh, rss1 = p0[:2], ph[:2], p1[:2]
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     mine = np.array([soak.calls, len(soak.failures), rss0[0], rss1[0], rss1[0] - rss0[0],
                      maxrss, wall, rss0[1], rss1[1], rss1[1] - rss0[1],
-                     rssh[1] - rss0[1], rss1[1] - rssh[1]], np.float64)
+                     rssh[1] - rss0[1], rss1[1] - rssh[1]] + p0 + ph + p1 + c0 + c1,
+                    np.float64)
     table = world.all_gather(mine.reshape(1, -1), timeout=args.timeout)
     report = {
         "ranks": world.size, "seed": args.seed, "calls_per_rank": args.calls,
@@ -384,6 +601,37 @@ def main(argv=None) -> int:
         "partitions": [len(p) for p in soak.parts],
         "max_elems": args.max_elems,
     }
+    k, m = len(PROBE), len(CENSUS)
+    base = 12
+    w0, wh, w1 = (table[:, base + j * k:base + (j + 1) * k] for j in range(3))
+    mib = {"pymalloc_blocks", "gc_objects"}  # counts, not bytes
+    memory = {}
+    for j, name in enumerate(PROBE):
+        scale = 1 if name in mib else 2 ** 20
+        memory[name] = {
+            "after_warmup_max": round(float(w0[:, j].max()) / scale, 3),
+            "growth_max": round(float((w1[:, j] - w0[:, j]).max()) / scale, 3),
+            "growth_mean": round(float((w1[:, j] - w0[:, j]).mean()) / scale, 3),
+            "growth_first_half_max": round(float((wh[:, j] - w0[:, j]).max()) / scale, 3),
+            "growth_second_half_max": round(float((w1[:, j] - wh[:, j]).max()) / scale, 3)}
+    report["memory_mib"] = memory  # counts for pymalloc_blocks and gc_objects
+    cb = base + 3 * k
+    report["census_after_warmup_max"] = dict(zip(
+        CENSUS, table[:, cb:cb + m].max(0).astype(int).tolist()))
+    report["census_end_max"] = dict(zip(
+        CENSUS, table[:, cb + m:cb + 2 * m].max(0).astype(int).tolist()))
+    if snaps is not None:
+        tracemalloc.stop()
+        load = {name: tracemalloc.Snapshot.load(os.path.join(snaps, name))
+                for name in ("warm", "half", "end") if os.path.exists(os.path.join(snaps, name))}
+        for a, b in (("warm", "end"), ("warm", "half"), ("half", "end")):
+            if a in load and b in load:
+                key = "traceback" if (a, b) == ("warm", "end") else "lineno"
+                print(f"soak: rank 0 tracemalloc growth {a} -> {b} by {key}:", flush=True)
+                print("\n".join(top_growth(load[a], load[b], args.top, key)), flush=True)
+        for name in os.listdir(snaps):
+            os.unlink(os.path.join(snaps, name))
+        os.rmdir(snaps)
     if world.rank == 0:
         print("soak: " + json.dumps(report), flush=True)
         if args.json:

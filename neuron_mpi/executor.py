@@ -279,7 +279,6 @@ class Execution:
                 self._missing = list(range(len(st.recvs)))
                 self._posted = True
             if self._missing:
-                inbox = eng.inbox
                 recvs = st.recvs
                 still = []
                 for i in self._missing:
@@ -287,7 +286,7 @@ class Execution:
                         still.append(i)
                         continue
                     r = recvs[i]
-                    a = inbox.pop((cid, seq, r.xid, r.piece), None)
+                    a = eng.take((cid, seq, r.xid, r.piece))  # inbox or a shm slot
                     if a is None:
                         still.append(i)
                     else:

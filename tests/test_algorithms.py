@@ -72,7 +72,7 @@ def test_mesh_all_reduce_moves_o_buffer_per_rank():
     # 4 rounds: intra-chip pre-reduction, off-chip partials, off-chip gather,
     # intra-chip broadcast
     assert len(mesh.rounds) == 4 and len(one.rounds) == 1
-    assert max(mesh.tmp_elems) <= 2 * count
+    assert max(mesh.tmp_elems) <= 3 * count  # the copy, the mates' chunks, the partials
 
 
 def test_mesh_all_gather_two_steps_one_receiver_per_chip():

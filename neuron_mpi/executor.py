@@ -279,6 +279,7 @@ class Execution:
                 self._missing = list(range(len(st.recvs)))
                 self._posted = True
             if self._missing:
+                inbox = eng.inbox
                 recvs = st.recvs
                 still = []
                 for i in self._missing:
@@ -286,7 +287,7 @@ class Execution:
                         still.append(i)
                         continue
                     r = recvs[i]
-                    a = eng.take((cid, seq, r.xid, r.piece))  # inbox or a shm slot
+                    a = inbox.pop((cid, seq, r.xid, r.piece), None)
                     if a is None:
                         still.append(i)
                     else:

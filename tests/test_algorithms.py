@@ -171,3 +171,38 @@ def test_default_algorithms_replay_at_scale(world):
             for hop in rnd:
                 assert topo.link_between_ranks(hop.src, hop.dst) is not None
     assert len(seen) >= (2 if world[2] == 1 else 1)
+
+
+def test_one_new_file_is_a_new_algorithm(tmp_path, monkeypatch):
+    """A module defining ALGORITHM in the package's path is picked up: forced by
+    name, replayed, listed for its ops; no other edit."""
+    from neuron_mpi import algorithms as pkg
+    from neuron_mpi.algorithms import select
+    from neuron_mpi.replay import replay
+
+    (tmp_path / "zz_reverse_ring.py").write_text(
+        "from neuron_mpi.algorithms import ring\n"
+        "from neuron_mpi.algorithms.registry import Algorithm\n"
+        "def build(op, view, sizes, avg=False, extra=None):\n"
+        "    s = ring.all_reduce(view, sizes, avg)\n"
+        "    s.algorithm = 'zz_reverse_ring'\n"
+        "    return s\n"
+        "ALGORITHM = Algorithm(name='zz_reverse_ring', summary='test', ops=('all_reduce',),\n"
+        "                      build=build, priority=99)\n")
+    monkeypatch.setattr(pkg, "__path__", list(pkg.__path__) + [str(tmp_path)])
+    registry._load.cache_clear()
+    try:
+        assert "zz_reverse_ring" in registry.names()
+        assert "zz_reverse_ring" in registry.applies_to("all_reduce")
+        assert "zz_reverse_ring" not in registry.applies_to("all_gather")
+        view = GroupView(nm.topology("trn2.48xlarge", 2, ranks=8), range(8))
+        assert select.choose("all_reduce", view, "zz_reverse_ring") == "zz_reverse_ring"
+        sched = select.schedule_for(view, "all_reduce", "zz_reverse_ring", 17, False, None)
+        ins = [np.arange(17, dtype=np.float32) * (g + 1) for g in range(8)]
+        for o in replay(sched, ins):
+            np.testing.assert_array_equal(o, np.sum(ins, axis=0))
+    finally:
+        monkeypatch.undo()
+        registry._load.cache_clear()
+        select.schedule_for.cache_clear()
+    assert "zz_reverse_ring" not in registry.names()

@@ -5,8 +5,9 @@
 Every rank runs ``--iters`` all_reduces of ``--bytes`` (checked), reading its PSS
 (proportional set size: shared pages divided among the processes that map them,
 from /proc/self/smaps_rollup) after each; the largest is reported, with the PSS of
-the same process before neuron_mpi started (mpi4py, numpy and the numba kernels
-loaded: the baseline of this run) and the size of the two user buffers.
+the same process before neuron_mpi started (mpi4py, numpy, the numba kernels and
+the input, output and expected-result buffers: the baseline of this run) and the
+difference: what neuron_mpi itself holds.
 """
 from __future__ import annotations
 
@@ -35,14 +36,15 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     neuron_mpi.kernels.warm()
     world = MPI.COMM_WORLD
+    n, me = world.Get_size(), world.Get_rank()
+    x = (np.arange(a.bytes // 4) % 5).astype(np.float32) + me
+    out = np.empty_like(x)
+    out.fill(0)  # touched, so its pages count in the baseline
+    want = (np.arange(x.size) % 5).astype(np.float32) * n + n * (n - 1) / 2
     world.Barrier()
-    base = pss_mib()
+    base = pss_mib()  # interpreter, mpi4py, numpy, the numba kernels and the buffers
     import neuron_mpi as nm
     comm = nm.init()
-    n = comm.size
-    x = (np.arange(a.bytes // 4) % 5).astype(np.float32) + comm.rank
-    out = np.empty_like(x)
-    want = (np.arange(x.size) % 5).astype(np.float32) * n + n * (n - 1) / 2
     peak, wrong = 0.0, 0
     for _ in range(a.iters):
         comm.all_reduce(x, out=out)
@@ -50,16 +52,19 @@ def main(argv=None) -> int:
         peak = max(peak, pss_mib())
     peaks = world.gather(peak, root=0)
     bases = world.gather(base, root=0)
+    own = world.gather(peak - base, root=0)
     wrong = world.allreduce(wrong)
     if comm.rank == 0:
-        buffers = 2 * x.nbytes / 2**20
+        buffers = 3 * x.nbytes / 2**20
         print(f"# PSS per rank, {n} ranks, all_reduce of {x.nbytes} bytes x {a.iters} "
-              f"(user buffers: {buffers:.0f} MiB per rank), wrong {wrong}")
-        print(f"  before neuron_mpi  : median {np.median(bases):6.1f} MiB")
+              f"(input, output and expected result: {buffers:.0f} MiB per rank), "
+              f"wrong {wrong}")
+        print(f"  before neuron_mpi (buffers included): median {np.median(bases):6.1f} MiB")
         print(f"  running            : median {np.median(peaks):6.1f} MiB, "
               f"max {max(peaks):6.1f} MiB")
-        print(f"  running - before - buffers: {np.median(peaks) - np.median(bases) - buffers:6.1f}"
-              " MiB (what neuron_mpi itself holds)")
+        print(f"  running - before   : median {np.median(own):6.1f} MiB, "
+              f"max {max(own):6.1f} MiB (what neuron_mpi itself holds: engine, plans, "
+              "scratch, its share of the shared segment)")
     return 1 if wrong else 0
 
 

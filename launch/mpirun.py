@@ -2,7 +2,8 @@
 an emulated Neuron topology needs.
 
     neuron-mpirun [--instance X] [--lnc L] [--nodes N] [-n RANKS] [--timeout S]
-                  [--no-warm] [--dry-run] [--] COMMAND [ARGS...]
+                  [--hostfile FILE | --host LIST] [--no-warm] [--dry-run]
+                  [--] COMMAND [ARGS...]
 
 * The rank count is what the topology implies (nodes x ranks per node); ``-n``
   overrides it and is checked against the topology (a world larger than one node must
@@ -93,6 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "the launch")
     p.add_argument("--dry-run", action="store_true",
                    help="print the command line and environment additions; run nothing")
+    h = p.add_argument_group(
+        "several hosts", "One emulated node per host: mpiexec gets the hosts, "
+        "--map-by ppr:<ranks per node>:node, and -x for every NEURON_MPI_*/NEURON_* "
+        "and NUMBA_CACHE_DIR variable (Open MPI does not forward the environment to "
+        "other hosts by itself). Ranks on one host move data through shared memory, "
+        "hosts talk over MPI (the EFA hops).")
+    h.add_argument("--hostfile", metavar="FILE", help="Open MPI hostfile ('host slots=N' lines)")
+    h.add_argument("--host", metavar="LIST", help="comma-separated hosts, e.g. a:64,b:64")
     p.add_argument("--mpiexec", metavar="PATH",
                    help="the mpiexec to run (default: the one beside this Python, else "
                         "PATH)")
@@ -229,6 +238,18 @@ def build_command(args) -> tuple[list[str], dict[str, str]]:
     if not os.environ.get("NUMBA_CACHE_DIR"):
         env["NUMBA_CACHE_DIR"] = default_numba_cache()
     argv = [find_mpiexec(getattr(args, "mpiexec", None)), "-n", str(ranks)]
+    hostfile, hosts = getattr(args, "hostfile", None), getattr(args, "host", None)
+    if hostfile and hosts:
+        raise LaunchError("--hostfile and --host: give one of them")
+    if hostfile or hosts:
+        if hostfile and not os.path.isfile(hostfile):
+            raise LaunchError(f"--hostfile: {hostfile!r} not found")
+        argv += ["--hostfile", hostfile] if hostfile else ["--host", hosts]
+        argv += ["--map-by", f"ppr:{topo.ranks_per_node}:node:oversubscribe"]
+        names = sorted(set(env) | {k for k in os.environ
+                                   if k.startswith("NEURON_") or k == "NUMBA_CACHE_DIR"})
+        for k in names:
+            argv += ["-x", k]
     argv += with_mpi4py(own_python(args.command))
     return argv, env
 

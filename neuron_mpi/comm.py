@@ -460,9 +460,8 @@ class Communicator:
                 waiting.append(None)
             return all(w is None or w.sent for w in waiting)
 
-        first = self.topology.route(self.world_rank, to)[1:2]
-
         def expired():
+            first = self.topology.route(self.world_rank, to)[1:2]
             hop = first[0] if first else dst
             link = self.topology.link_between_ranks(self.world_rank, hop).kind
             return CollectiveTimeoutError(

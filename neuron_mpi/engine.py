@@ -140,13 +140,17 @@ class Engine:
             self.inbox[key] = private_arrival(header, payload.copy())
             return None
         if self.by_name[hop.transport].post(hop.to, header, payload):
-            self._charge(hop, payload.nbytes)
+            self._charge(hop, payload.nbytes, key)
             return None
         p = Pending(hop, header, payload)
         self.outq.append(p)
         return p
 
-    def _charge(self, hop, nbytes: int) -> None:
+    def _charge(self, hop, nbytes: int, key) -> None:
+        """Count one piece on every link of its hop, unless it is control traffic
+        (the routed agreement and the census: negative call or transfer numbers)."""
+        if key[1] < 0 or key[2] < 0:
+            return
         c = hop.charges
         if len(c) == 2:
             A.fetch_add(self._ledger, c[0], nbytes)
@@ -163,7 +167,7 @@ class Engine:
         for p in self.outq:
             if self.by_name[p.hop.transport].post(p.hop.to, p.header, p.payload):
                 p.sent = True
-                self._charge(p.hop, p.payload.nbytes)
+                self._charge(p.hop, p.payload.nbytes, p.header)
                 did = True
             else:
                 keep.append(p)
@@ -222,7 +226,7 @@ class Engine:
                   a.origin, a.dst)
         hop = self.hops.decide(a.origin, a.dst)
         if self.by_name[hop.transport].post(hop.to, header, a.data):
-            self._charge(hop, a.data.nbytes)
+            self._charge(hop, a.data.nbytes, a.key)
             a.release()
         else:
             a.detach()

@@ -61,7 +61,8 @@ class NativePlan:
     round goes straight into a landing slot of this rank's domain, and no round's
     deliveries overlap each other or its sends."""
 
-    def __init__(self, steps, itemsize: int, dtype_name: str, hops, local):
+    def __init__(self, steps, itemsize: int, dtype_name: str, hops, local,
+                 charge: bool = True):
         from .transport.native import KEY_SHIFT, RECV_COLS, SEND_COLS
 
         step_rows, rounds, sends, recvs, locs, charges = [], [], [], [], [], []
@@ -80,7 +81,8 @@ class NativePlan:
             for s in st.sends:
                 hop = hops.decide(hops.me, s.dst)
                 c_lo = len(charges)
-                charges.extend(hop.charges)
+                if charge:
+                    charges.extend(hop.charges)
                 sends.append((local[hop.to], s.dst, _BUF_ID[s.buf], s.off * itemsize,
                               s.count * itemsize, s.xid, s.piece, s.total, c_lo, len(charges)))
             rk = []
@@ -153,7 +155,9 @@ class Plan:
     ranks as peers, transfer ids positional over the whole schedule)."""
 
     def __init__(self, schedule, view, me: int, itemsize: int = 1, piece_bytes: int = 1 << 18,
-                 engine=None, dtype_name: str = ""):
+                 engine=None, dtype_name: str = "", control: bool = False):
+        """``control``: the control plane's own traffic (the routed agreement), which
+        the link ledger does not count: link_stats() is the user's traffic."""
         per = max(1, piece_bytes // max(1, itemsize))
         self.steps = []
         xid = 0
@@ -181,11 +185,7 @@ class Plan:
         self.native = None
         if engine is not None and engine.native and NativePlan.fits(self.steps, engine.hops):
             self.native = NativePlan(self.steps, itemsize, dtype_name, engine.hops,
-                                     engine.shm.local)
-        self.native = None
-        if engine is not None and engine.native and NativePlan.fits(self.steps, engine.hops):
-            self.native = NativePlan(self.steps, itemsize, dtype_name, engine.hops,
-                                     engine.shm.local)
+                                     engine.shm.local, charge=not control)
 
 
 class Execution:
@@ -279,7 +279,7 @@ class Execution:
                 self._missing = list(range(len(st.recvs)))
                 self._posted = True
             if self._missing:
-                inbox = eng.inbox
+                take = eng.take  # the inbox, else a landing slot of this rank's domain
                 recvs = st.recvs
                 still = []
                 for i in self._missing:
@@ -287,7 +287,7 @@ class Execution:
                         still.append(i)
                         continue
                     r = recvs[i]
-                    a = inbox.pop((cid, seq, r.xid, r.piece), None)
+                    a = take((cid, seq, r.xid, r.piece))
                     if a is None:
                         still.append(i)
                     else:

@@ -166,6 +166,28 @@ def test_env_additions(monkeypatch):
     assert all(isinstance(v, str) for v in env.values())
 
 
+def test_hosts_go_to_mpiexec_with_one_node_per_host_and_the_environment(monkeypatch):
+    monkeypatch.setenv("NEURON_MPI_TIMEOUT", "90")
+    argv, env = build_command(["--instance", "trn1.32xlarge", "--nodes", "2",
+                               "--host", "a:32,b:32", "python", "prog.py"])
+    assert argv[argv.index("--host") + 1] == "a:32,b:32"
+    assert argv[argv.index("--map-by") + 1] == "ppr:32:node:oversubscribe"
+    exported = {argv[i + 1] for i, w in enumerate(argv) if w == "-x"}
+    assert set(env) <= exported and "NEURON_MPI_TIMEOUT" in exported
+    assert argv[-3:] == ["-m", "mpi4py", "prog.py"] and _np(argv) == 64
+
+
+def test_hostfile_and_host_errors(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("a slots=64\n")
+    with pytest.raises(LaunchError, match="--hostfile and --host"):
+        build_command(["--hostfile", str(hosts), "--host", "a", "echo"])
+    with pytest.raises(LaunchError, match="--hostfile: .* not found"):
+        build_command(["--hostfile", str(tmp_path / "none"), "echo"])
+    argv, _ = build_command(["--hostfile", str(hosts), "-n", "8", "echo"])
+    assert argv[argv.index("--hostfile") + 1] == str(hosts)
+
+
 def test_users_numba_cache_is_kept(monkeypatch):
     monkeypatch.setenv("NUMBA_CACHE_DIR", "/somewhere/mine")
     _, env = build_command(["echo"])
@@ -232,6 +254,17 @@ def _launcher() -> list[str]:
 @pytest.mark.slow
 def test_smoke_8_ranks():
     res = subprocess.run(_launcher() + ["-n", "8", "python", str(SMOKE)], capture_output=True,
+                         text=True, env=_child_env(), timeout=180, cwd=ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "smoke_topology OK: 8 ranks on trn2.48xlarge LNC=2, 2 chips" in res.stdout
+
+
+@pytest.mark.slow
+def test_smoke_8_ranks_through_a_hostfile(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost slots=8\n")
+    res = subprocess.run(_launcher() + ["--hostfile", str(hosts), "-n", "8", "python",
+                                        str(SMOKE)], capture_output=True,
                          text=True, env=_child_env(), timeout=180, cwd=ROOT)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "smoke_topology OK: 8 ranks on trn2.48xlarge LNC=2, 2 chips" in res.stdout

@@ -4,6 +4,7 @@ from __future__ import annotations
 from .errors import (AlgorithmError, CollectiveMismatchError, CollectiveTimeoutError,
                      CommunicatorFailedError, InvalidArgumentError, NeuronMPIError,
                      TopologyError, UnsupportedGroupError)
+from .layout import check_layout
 from .topology import Link, Placement, Topology, topology
 from .tracing import trace
 
@@ -24,6 +25,6 @@ __all__ = [
     "AlgorithmError", "CollectiveMismatchError", "CollectiveTimeoutError",
     "CommunicatorFailedError", "InvalidArgumentError", "NeuronMPIError",
     "TopologyError", "UnsupportedGroupError", "Link", "Placement", "Topology",
-    "topology", "trace", "__version__", "init", "Communicator", "Handle",
+    "topology", "trace", "check_layout", "__version__", "init", "Communicator", "Handle",
     "SUM", "PROD", "MAX", "MIN", "AVG",
 ]

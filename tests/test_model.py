@@ -190,8 +190,8 @@ def trn2_all_reduce_closed_form(size):
 
 
 def test_trn2_all_reduce_matches_its_closed_form():
-    for size in (S, 64 << 20):
-        p = predict("all_reduce", size, instance="trn2.48xlarge")
+    for size in (S, 64 << 20):  # the two-ring schedule (the default there is KangaRing)
+        p = predict("all_reduce", size, instance="trn2.48xlarge", algorithm="ring")
         t, busbw = trn2_all_reduce_closed_form(size)
         assert p.time_us == pytest.approx(t, rel=1e-3)
         assert p.busbw == pytest.approx(busbw, rel=1e-3)
@@ -250,13 +250,13 @@ def test_model_prices_the_communicators_schedule():
 
 # --- the command line ---------------------------------------------------------------------
 def test_model_cli_done_when_and_no_mpi():
-    """neuron-mpi-model --instance trn2.48xlarge all_reduce -b 8 -e 1GB -f 4: fast,
-    without MPI, and its largest row is on the closed form."""
+    """neuron-mpi-model --instance trn2.48xlarge all_reduce -b 8 -e 1GB -f 4 (the ring
+    forced): fast, without MPI, and its largest row is on the ring's closed form."""
     code = ("import sys, time\n"
             "from neuron_mpi.model.cli import main\n"
             "t = time.perf_counter()\n"
             "rc = main(['--instance', 'trn2.48xlarge', 'all_reduce', '-b', '8', '-e', '1GB',"
-            " '-f', '4'])\n"
+            " '-f', '4', '--algorithm', 'ring'])\n"
             "assert 'mpi4py.MPI' not in sys.modules, 'the model imported MPI'\n"
             "print('# elapsed', time.perf_counter() - t)\n"
             "sys.exit(rc)\n")

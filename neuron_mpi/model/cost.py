@@ -15,6 +15,14 @@ The rules, step by step:
   reduce = 3 x bytes, divide = 2 x bytes, zero = 1 x bytes of HBM traffic, summed
   over the ranks of each chip; the step lasts as long as the busiest chip.
 * Steps run one after the other; the total is their sum.
+* Intra-chip hops (two ranks on one chip) do not share: each pair of cores is its
+  own DMA stream at the catalog's per-pair figure.
+* Sliced algorithms (``SLICED``: the rings send each chunk in two slices) overlap
+  the reduction with the transfer: a transfer of time t whose delivery reduces for
+  time u takes (t + u + max(t, u)) / 2 instead of t + u.
+* Leading copies (a ``Locals`` step before the first round that only copies the
+  input into place) are free: the hardware's first step reads the input where it
+  lies.
 """
 from __future__ import annotations
 
@@ -28,6 +36,9 @@ from .lowering import lowerer
 #: HBM bytes read + written per element byte, for each kind of local work
 LOCAL_TRAFFIC = {"copy": 2.0, "reduce": 3.0, "divide": 2.0, "zero": 1.0}
 REDUCE_DELIVERY_TRAFFIC = 3.0
+#: algorithms that send every chunk in two slices (intranode-collective-comm.rst:
+#: "each chunk is sent in two slices so that reduction overlaps transfer")
+SLICED = frozenset({"ring", "kangaring", "hierarchical", "chip", "flat_ring"})
 
 
 
@@ -39,12 +50,16 @@ class Cost:
     transfer_us: float = 0.0  # sum over rounds of the slowest transfer's hops
     reduce_us: float = 0.0  # sum over rounds of the reduction on that transfer
     local_us: float = 0.0  # sum over Locals steps
+    floor_us: float = 0.0  # the runtime's fixed cost of the call (params.FLOORS)
+    steps_us: float = 0.0  # the runtime's per-step cost, summed (params.STEP_US)
     bytes_by_kind: dict = field(default_factory=dict)  # link kind -> bytes (all hops)
 
     def as_dict(self) -> dict:
         return {"time_us": self.time_us, "rounds": self.rounds, "hops": self.hops,
                 "transfer_us": self.transfer_us, "reduce_us": self.reduce_us,
-                "local_us": self.local_us, "bytes_by_kind": dict(self.bytes_by_kind)}
+                "local_us": self.local_us, "floor_us": self.floor_us,
+                "steps_us": self.steps_us,
+                "bytes_by_kind": dict(self.bytes_by_kind)}
 
 
 def _locals_time(step: Locals, member_chip: np.ndarray, itemsize: int, hbm: float,
@@ -58,29 +73,50 @@ def _locals_time(step: Locals, member_chip: np.ndarray, itemsize: int, hbm: floa
     return float(per_chip.max()) / (hbm * 1e3)
 
 
-def price(schedule, view, itemsize: int) -> Cost:
-    """The modeled time of ``schedule`` on ``view``'s topology, in microseconds."""
+def _leading_copies(step, seen_round: bool) -> bool:
+    return (not seen_round and isinstance(step, Locals)
+            and all(lo.kind == "copy" and lo.src_buf == "in" for lo in step.ops))
+
+
+def price(schedule, view, itemsize: int, sliced: bool | None = None,
+          floor_us: float = 0.0, step_us: float = 0.0) -> Cost:
+    """The modeled time of ``schedule`` on ``view``'s topology, in microseconds,
+    plus ``floor_us`` (the runtime's per-call cost) and ``step_us`` for every round
+    that moves anything (the runtime's per-step handshake). ``sliced``: overlap reductions
+    with transfers (default: the schedule's algorithm is in SLICED)."""
+    if sliced is None:
+        sliced = schedule.algorithm in SLICED
     lw = lowerer(view)
     steps = lw.lower(schedule, itemsize)
     l_src, l_dst, l_bw, l_lat, l_efa = lw.links.arrays()
+    l_intra = l_src == l_dst
     kinds = np.asarray(lw.links.kind, object)
     hbm = view.topo.spec.hbm_GBps
     nc = lw.n_chips
-    cost = Cost(0.0)
+    cost = Cost(floor_us, floor_us=floor_us)
     by_kind = np.zeros(len(kinds))
+    seen_round = False
     for st in steps:
+        if _leading_copies(st, seen_round):
+            continue
         if isinstance(st, Locals):
             t = _locals_time(st, lw.chip, itemsize, hbm, nc)
             cost.local_us += t
             cost.time_us += t
             continue
         cost.rounds += 1
+        seen_round = True
         if st.n_xfers == 0:
             continue
+        cost.steps_us += step_us
+        cost.time_us += step_us
         cost.hops += len(st.link)
         load = np.bincount(st.link, weights=st.nbytes, minlength=len(l_bw))
         by_kind += load
         hop_load = load[st.link]
+        intra = l_intra[st.link]
+        if intra.any():
+            hop_load[intra] = st.nbytes[intra]
         efa = l_efa[st.link]
         if efa.any():
             src_c, dst_c = l_src[st.link[efa]], l_dst[st.link[efa]]
@@ -95,7 +131,10 @@ def price(schedule, view, itemsize: int) -> Cost:
                                weights=REDUCE_DELIVERY_TRAFFIC * st.xfer_bytes[st.reduce],
                                minlength=nc)
             red_t[st.reduce] = work[st.dst_chip[st.reduce]] / (hbm * 1e3)
-        total = chain + red_t
+        if sliced:
+            total = (chain + red_t + np.maximum(chain, red_t)) / 2
+        else:
+            total = chain + red_t
         k = int(np.argmax(total))
         cost.transfer_us += float(chain[k])
         cost.reduce_us += float(red_t[k])

@@ -47,7 +47,13 @@ class Local:
 
 @dataclass
 class Round:
+    """Transfers that run together. ``slices``: the algorithm sends each chunk in
+    that many slices so the reduction of one overlaps the transfer of the next
+    (the runtime's ring and KangaRing send two; intranode-collective-comm.rst,
+    "Ring ReduceScatter"). The data moved is the same; the time model may use it."""
+
     xfers: list[Xfer] = field(default_factory=list)
+    slices: int = 1
 
 
 @dataclass

@@ -19,6 +19,8 @@ import zlib
 import ml_dtypes
 import numpy as np
 
+from neuron_mpi.algorithms import registry
+
 DTYPES = {
     "fp32": np.dtype(np.float32),
     "bf16": np.dtype(ml_dtypes.bfloat16),
@@ -189,57 +191,27 @@ def seed_of(*parts) -> int:
     return zlib.crc32("/".join(map(str, parts)).encode())
 
 
-# --- which algorithm applies (the design: docs/algorithms.md, select._APPLIES) ---------
-APPLIES = {
-    "all_reduce": ("ring", "mesh", "chip", "rdh", "hierarchical"),
-    "reduce_scatter": ("ring", "mesh", "chip", "rdh", "hierarchical"),
-    "all_gather": ("ring", "mesh", "chip", "rdh", "hierarchical"),
-    "reduce_scatter_v": ("ring", "mesh"),
-    "all_gather_v": ("ring", "mesh"),
-    "all_to_all": ("direct",),
-    "all_to_all_v": ("direct",),
-    "permute": ("direct",),
-    "broadcast": ("ring", "direct"),
-    "barrier": ("direct",),
-}
-ALGORITHMS = ("ring", "mesh", "chip", "rdh", "hierarchical", "direct")
-LEVELS = ("ring", "mesh", "chip", "rdh", "hierarchical")  # the reductions' algorithms
-
-
-def _members_by(topo, ranks, key) -> list[list[int]]:
-    groups: dict = {}
-    for r in ranks:
-        groups.setdefault(key(topo.placement(r)), []).append(r)
-    return list(groups.values())
+# --- which algorithm applies: read from the registry (neuron_mpi/algorithms/) ------------
+APPLIES = {op: registry.applies_to(op) for op in registry.OPS}
+ALGORITHMS = registry.names()
+LEVELS = APPLIES["all_reduce"]  # the reductions' algorithms
 
 
 def structurally_applies(topo, ranks, algo) -> bool:
-    """Whether ``algo`` fits a group of world ``ranks`` on ``topo``:
-    chip: >= 2 chips holding the same number (>= 2) of members each;
-    rdh: one node, a power-of-two number (>= 2) of chips, the same number on each;
-    hierarchical: >= 2 nodes holding members at the same local indices."""
-    if algo == "chip":
-        lgs = _members_by(topo, ranks, lambda p: (p.node, p.chip))
-        return len(lgs) >= 2 and len({len(g) for g in lgs}) == 1 and len(lgs[0]) >= 2
-    if algo == "rdh":
-        nodes = _members_by(topo, ranks, lambda p: p.node)
-        lgs = _members_by(topo, ranks, lambda p: (p.node, p.chip))
-        k = len(lgs)
-        return (len(nodes) == 1 and k >= 2 and k & (k - 1) == 0
-                and len({len(g) for g in lgs}) == 1)
-    if algo == "hierarchical":
-        rpn = topo.ranks_per_node
-        lgs = _members_by(topo, ranks, lambda p: p.node)
-        first = sorted(r % rpn for r in lgs[0])
-        return len(lgs) >= 2 and all(sorted(r % rpn for r in g) == first for g in lgs)
-    return True
+    """Whether ``algo`` fits a group of world ``ranks`` on ``topo`` (its registry
+    entry's own rule, for the reducing collectives)."""
+    from neuron_mpi.algorithms.group import GroupView
+
+    return registry.get(algo).applies("all_reduce", GroupView(topo, ranks)) is None
 
 
 def applies(comm, op, algo) -> bool:
     """Whether forcing ``algo`` on ``op`` over communicator ``comm`` must work (else it
     must raise AlgorithmError). None (the default) always applies."""
-    return algo is None or (algo in APPLIES[op]
-                            and structurally_applies(comm.topology, comm.ranks, algo))
+    from neuron_mpi.algorithms.group import GroupView
+
+    return algo is None or (algo in APPLIES[op] and registry.get(algo).reason(
+        op, GroupView(comm.topology, comm.ranks)) is None)
 
 
 def settled_bytes(comm, barrier: bool = True) -> dict:

@@ -79,7 +79,7 @@ def test_read_only_out_is_refused():
 
 def test_group_not_allowed_on_the_topology():
     topo = topology("trn2.48xlarge", 2, None, ranks=8)
-    with pytest.raises(UnsupportedGroupError, match="replica_groups: Unsupported topology"):
+    with pytest.raises(UnsupportedGroupError, match="replica_groups: CC not permitted"):
         check_group(topo, [0, 1, 2], strict=True)
     check_group(topo, [0, 1, 2], strict=False)
     check_group(topo, [0, 1, 2, 3], strict=True)

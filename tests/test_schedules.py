@@ -142,7 +142,7 @@ def test_schedule_matches_numpy(world, op, algorithm):
 
 
 @pytest.mark.parametrize("reduce_op", ["sum", "prod", "max", "min"])
-@pytest.mark.parametrize("algorithm", ["ring", "chip", "mesh"])
+@pytest.mark.parametrize("algorithm", ["ring", "chip", "mesh", "kangaring"])
 def test_reduce_ops_trn2_64(reduce_op, algorithm):
     view = _view("trn2-64")
     for op in ("all_reduce", "reduce_scatter"):
@@ -207,6 +207,7 @@ def test_avg_divides_once():
 def test_float_results_identical_on_every_member():
     """Random (non-exact) float data: all members still get the same bits."""
     for world, algo in [("trn2-64", "ring"), ("trn2-64", "chip"), ("trn2-64", "mesh"),
+                        ("trn2-64", "mesh1"), ("trn2-64", "kangaring"), ("trn2-64", "rdh"),
                         ("trn1-2nodes-64", "hierarchical")]:
         view = _view(world)
         rng = np.random.default_rng(1)
@@ -245,19 +246,55 @@ def test_forced_algorithm_errors_name_the_argument(monkeypatch):
         choose("all_reduce", view)
 
 
+# nccom-test.rst, --show-algorithm example: 16 ranks of trn2 (4 whole chips, LNC=2)
+NCCOM_16_TRN2 = [(4, "mesh"), (32, "mesh"), (512, "mesh"), (8192, "mesh"),
+                 (131072, "mesh"), (2097152, "rdh"), (33554432, "kangaring"),
+                 (536870912, "kangaring")]
+
+
+@pytest.mark.parametrize("nbytes,want", NCCOM_16_TRN2)
+def test_selection_matches_published_trn2_16_rank_run(nbytes, want):
+    topo = nm.topology("trn2.48xlarge", 2, ranks=16)
+    assert choose("all_reduce", GroupView(topo, range(16)), nbytes=nbytes) == want
+
+
 def test_trn2_default_follows_runtime_size_selection():
     view = _view("trn2-64")
     assert choose("all_reduce", view, nbytes=4096) == "mesh"
     assert choose("all_reduce", view, nbytes=(1 << 20) - 1) == "mesh"
     assert choose("all_reduce", view, nbytes=1 << 20) == "rdh"
-    assert choose("all_gather", view, nbytes=56 << 20) == "rdh"
-    assert choose("reduce_scatter", view, nbytes=(56 << 20) + 1) == "ring"
-    # trn1 and inf2 stay on rings; a chip count that is not a power of two has no rdh
+    assert choose("all_gather", view, nbytes=56 << 20) == "rdh"  # 896 KiB per rank
+    assert choose("reduce_scatter", view, nbytes=(56 << 20) + 64) == "kangaring"
+    # trn1 and inf2: mesh below 1 MiB, ring above
+    assert choose("all_gather", _view("trn1.32xlarge-32"), nbytes=1024) == "mesh"
     assert choose("all_reduce", _view("trn1.32xlarge-32"), nbytes=4 << 20) == "ring"
-    assert choose("all_reduce", _view("trn2-12"), nbytes=4 << 20) == "ring"
+    assert choose("all_reduce", _view("inf2.48xlarge-24"), nbytes=4 << 20) == "ring"
+    # 3 whole chips: no rdh (not a power of two), KangaRing holds whole chips
+    assert choose("all_reduce", _view("trn2-12"), nbytes=4 << 20) == "kangaring"
     with pytest.raises(AlgorithmError, match="'rdh' needs"):
         choose("all_reduce", _view("trn2-12"), "rdh")
+    # one rank per chip (a DP group): no KangaRing, ring
+    dp = GroupView(nm.topology("trn2.48xlarge"), range(0, 64, 4))
+    assert choose("all_reduce", dp, nbytes=1 << 30) == "ring"
+    with pytest.raises(AlgorithmError, match="'kangaring' needs every rank of each chip"):
+        choose("all_reduce", dp, "kangaring")
+    # across nodes: hierarchical; trn1's flat ring for large buffers
     assert choose("all_reduce", _view("trn1-2nodes-64"), nbytes=4096) == "hierarchical"
+    assert choose("all_reduce", _view("trn1-2nodes-64"), nbytes=1 << 30) == "ring"
+    assert choose("all_reduce", _view("trn2-4nodes-256"), nbytes=1 << 30) == "hierarchical"
+
+
+def test_one_rank_per_node_selection():
+    topo = nm.topology("trn2.48xlarge", 2, 4)
+    view = GroupView(topo, [5, 69, 133, 197])
+    assert view.one_per_node and view.rdh_ok
+    # single-step mesh while its extra traffic (N-1)(N-2)C takes < 15 us over EFA
+    assert choose("all_reduce", view, nbytes=8192) == "mesh1"
+    assert choose("all_gather", view, nbytes=8192) == "rdh"
+    assert choose("all_reduce", view, nbytes=2 << 20) == "rdh"
+    assert choose("all_reduce", view, nbytes=1 << 30) == "ring"
+    for algo in ("mesh1", "rdh", "mesh", "ring", "hierarchical"):
+        check(view, "all_reduce", algo)
 
 
 def test_rdh_partners_are_hypercube_neighbours():

@@ -81,10 +81,24 @@ class GroupView:
         return self.symmetric(lgs) and len(lgs[0]) >= 2
 
     @functools.cached_property
+    def one_per_node(self) -> bool:
+        """One member on each of at least 2 nodes, at the same local index."""
+        return self.node_symmetric and len(self.by_node[0]) == 1
+
+    @functools.cached_property
     def rdh_ok(self) -> bool:
-        """Recursive halving/doubling applies: one node, the same number of members
-        on every chip, and a power-of-two number of chips (at least 2)."""
+        """Recursive halving/doubling applies: one node with the same number of members
+        on a power-of-two number of chips (at least 2), or one member per node on a
+        power-of-two number of nodes (internode-collective-comm.rst, RDH: N = 2^p)."""
         lgs = self.by_chip
         chips = len(lgs)
+        if self.one_per_node:
+            return chips & (chips - 1) == 0
         return (len(self.by_node) == 1 and chips >= 2 and chips & (chips - 1) == 0
                 and len({len(lg) for lg in lgs}) == 1)
+
+    @functools.cached_property
+    def whole_chips(self) -> bool:
+        """Every chip the group touches has all of its ranks in the group."""
+        return all(len(lg) == len(self.topo.ranks_on_chip(
+            self.topo.global_chip(self.ranks[lg[0]]))) for lg in self.by_chip)

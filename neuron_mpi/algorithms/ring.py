@@ -1,131 +1,105 @@
-"""Ring phases: reduce-scatter and all-gather around one directed cycle.
+"""ring: reduce-scatter then all-gather around directed cycles of the members.
 
-``order`` lists group indices by ring position; position k sends to k+1. ``regions``
-gives, per position, the (offset, length) regions that position owns: for
-reduce-scatter the ones it ends up holding fully reduced, for all-gather the ones it
-starts with. Several regions per position let one ring carry non-contiguous blocks
-(the hierarchical phases need that). Empty regions send nothing.
+intranode-collective-comm.rst, "Ring Algorithm": ranks form a directed cycle; several
+cycles on disjoint wires run in parallel (a full 4x4 torus or the UltraServer: two
+edge-disjoint Hamiltonian cycles, each carrying half of the buffer); each chunk is
+sent in two slices so the reduction of one overlaps the transfer of the other
+(Round.slices = 2 on the reducing rounds). Sub-groups use one ring visiting the
+members in the first cycle's order, routed where members are not neighbours.
+
+Across nodes this is the runtime's flat ring (internode-collective-comm.rst, "Flat
+Ring Algorithm"): each node's ranks form a chain, joined to the next node's chain
+over EFA (Topology.rings alternates the direction per node so each join is one rail
+link). The runtime enables it "only on Trn1 for large message size cases"; the doc
+gives no threshold, we pick the KangaRing boundary (hierarchical.py).
 """
 from __future__ import annotations
 
-from ..schedule import Xfer, split
+from ..schedule import IN, OUT, TMP, Local, merge_parallel, offsets, split
+from . import phases as P
+from .registry import Algorithm
+
+SLICES = 2  # per chunk on reducing rounds (intranode-collective-comm.rst)
 
 
-def reduce_scatter_rounds(order, regions, buf) -> list[list[Xfer]]:
-    """After n-1 rounds, position j holds its regions reduced over the whole ring
-    (in ring order starting at position j+1)."""
-    n = len(order)
-    rounds = []
-    for s in range(n - 1):
-        rnd = []
-        for k in range(n):
-            for off, ln in regions[(k - s - 1) % n]:
-                if ln:
-                    rnd.append(Xfer(order[k], order[(k + 1) % n], buf, off, ln, buf, off, True))
-        rounds.append(rnd)
-    return rounds if any(rounds) else []
+def _slices(n_reduce, n_total):
+    return [SLICES] * n_reduce + [1] * (n_total - n_reduce)
 
 
-def all_gather_rounds(order, regions, buf) -> list[list[Xfer]]:
-    """After n-1 rounds every position holds every position's regions."""
-    n = len(order)
-    rounds = []
-    for s in range(n - 1):
-        rnd = []
-        for k in range(n):
-            for off, ln in regions[(k - s) % n]:
-                if ln:
-                    rnd.append(Xfer(order[k], order[(k + 1) % n], buf, off, ln, buf, off, False))
-        rounds.append(rnd)
-    return rounds if any(rounds) else []
+def all_reduce(view, count, avg):
+    n = view.size
+    pre = [Local(g, "copy", IN, 0, count, OUT, 0) for g in range(n) if count]
+    parts = split(count, len(view.rings))
+    rs = merge_parallel(*[P.reduce_scatter_rounds(order, [[(off + o, ln)] for o, ln in
+                                                           split(l2, len(order))], OUT)
+                          for order, (off, l2) in zip(view.rings, parts)])
+    ag = merge_parallel(*[P.all_gather_rounds(order, [[(off + o, ln)] for o, ln in
+                                                       split(l2, len(order))], OUT)
+                          for order, (off, l2) in zip(view.rings, parts)])
+    return P.sched("all_reduce", "ring", n, [count] * n, [count] * n, [0] * n, pre, rs + ag,
+                   P.divide(n, lambda g: (0, count), avg), slices=_slices(len(rs), len(rs + ag)))
 
 
-def all_reduce_rounds(order, off, length, buf) -> list[list[Xfer]]:
-    """Ring all-reduce of one region: reduce-scatter then all-gather of n chunks."""
-    chunks = [[(off + o, ln)] for o, ln in split(length, len(order))]
-    return reduce_scatter_rounds(order, chunks, buf) + all_gather_rounds(order, chunks, buf)
+def reduce_scatter(view, counts, avg, op):
+    n = view.size
+    total = sum(counts)
+    boffs = offsets(counts)
+    pre = [Local(g, "copy", IN, 0, total, TMP, 0) for g in range(n) if total]
+    parts = len(view.rings)
+    rounds = merge_parallel(*[
+        P.reduce_scatter_rounds(order, P.sub_block_regions(order, boffs, counts, p, parts), TMP)
+        for p, order in enumerate(view.rings)])
+    post = [Local(g, "copy", TMP, boffs[g], counts[g], OUT, 0) for g in range(n) if counts[g]]
+    return P.sched(op, "ring", n, [total] * n, counts, [total] * n, pre, rounds,
+                   post + P.divide(n, lambda g: (0, counts[g]), avg), slices=SLICES)
 
 
-def sub_block_regions(order, block_offs, block_counts, part, parts):
-    """Per position: part ``part`` of ``parts`` of the block of the member there."""
-    out = []
-    for g in order:
-        o, ln = split(block_counts[g], parts)[part]
-        out.append([(block_offs[g] + o, ln)])
-    return out
+def all_gather(view, counts, op):
+    n = view.size
+    total = sum(counts)
+    boffs = offsets(counts)
+    pre = [Local(g, "copy", IN, 0, counts[g], OUT, boffs[g]) for g in range(n) if counts[g]]
+    parts = len(view.rings)
+    rounds = merge_parallel(*[
+        P.all_gather_rounds(order, P.sub_block_regions(order, boffs, counts, p, parts), OUT)
+        for p, order in enumerate(view.rings)])
+    return P.sched(op, "ring", n, counts, [total] * n, [0] * n, pre, rounds)
 
 
-def pipeline_rounds(order, off, length, pieces, first_buf, buf) -> list[list[Xfer]]:
-    """A chain from order[0] to order[-1], the region cut into ``pieces`` that follow
-    each other down the chain (broadcast)."""
-    chunks = split(length, max(1, min(pieces, length)))
-    n = len(order)
-    rounds = []
-    for t in range(len(chunks) + n - 2):
-        rnd = []
-        for p in range(n - 1):
-            c = t - p
-            if 0 <= c < len(chunks) and chunks[c][1]:
-                o, ln = chunks[c]
-                rnd.append(Xfer(order[p], order[p + 1], first_buf if p == 0 else buf,
-                                off + o, ln, buf, off + o))
-        rounds.append(rnd)
-    return [r for r in rounds if r]
+BROADCAST_PIECES = 8
 
 
-# --- recursive halving / doubling (RDH) ---------------------------------------------
-def _is_pow2(n: int) -> bool:
-    return n >= 1 and n & (n - 1) == 0
+def broadcast(view, count, root):
+    """A chain from the root along the first ring, the buffer in 8 pieces."""
+    n = view.size
+    pre = [Local(root, "copy", IN, 0, count, OUT, 0)] if count else []
+    order = view.rings[0]
+    k = order.index(root)
+    order = order[k:] + order[:k]
+    rounds = P.pipeline_rounds(order, 0, count, BROADCAST_PIECES, IN, OUT) if n > 1 else []
+    return P.sched("broadcast", "ring", n, [count] * n, [count] * n, [0] * n, pre, rounds)
 
 
-def rdh_reduce_scatter_rounds(order, chunk_regions, buf) -> list[list[Xfer]]:
-    """Recursive halving over p = len(order) members (a power of two): at distance
-    d = p/2, p/4, ..., 1 member i keeps the chunks whose bit d matches its own and
-    sends the others to partner i^d, which reduces them. Chunk c (regions
-    ``chunk_regions[c]``) ends fully reduced at member order[c]."""
-    p = len(order)
-    assert _is_pow2(p), p
-    owned = [set(range(p)) for _ in range(p)]
-    rounds = []
-    d = p // 2
-    while d:
-        rnd = []
-        for i in range(p):
-            j = i ^ d
-            give = sorted(c for c in owned[i] if (c & d) == (j & d))
-            for c in give:
-                for off, ln in chunk_regions[c]:
-                    if ln:
-                        rnd.append(Xfer(order[i], order[j], buf, off, ln, buf, off, True))
-        for i in range(p):
-            owned[i] = {c for c in owned[i] if (c & d) == (i & d)}
-        rounds.append(rnd)
-        d //= 2
-    return [r for r in rounds if r]
+def build(op, view, sizes, avg=False, extra=None):
+    if op == "all_reduce":
+        return all_reduce(view, sizes, avg)
+    if op in ("reduce_scatter", "reduce_scatter_v"):
+        return reduce_scatter(view, list(sizes), avg, op)
+    if op in ("all_gather", "all_gather_v"):
+        return all_gather(view, list(sizes), op)
+    if op == "broadcast":
+        return broadcast(view, sizes, extra)
+    raise AssertionError(op)
 
 
-def rdh_all_gather_rounds(order, chunk_regions, buf) -> list[list[Xfer]]:
-    """Recursive doubling: member order[c] starts with chunk c; at distance
-    d = 1, 2, ..., p/2 partners swap everything they hold."""
-    p = len(order)
-    assert _is_pow2(p), p
-    held = [{i} for i in range(p)]
-    rounds = []
-    d = 1
-    while d < p:
-        rnd = []
-        for i in range(p):
-            for c in sorted(held[i]):
-                for off, ln in chunk_regions[c]:
-                    if ln:
-                        rnd.append(Xfer(order[i], order[i ^ d], buf, off, ln, buf, off, False))
-        held = [held[i] | held[i ^ d] for i in range(p)]
-        rounds.append(rnd)
-        d *= 2
-    return [r for r in rounds if r]
+def prefer(op, view, nbytes):
+    return ("the fallback (intranode-collective-comm.rst, Algorithm Summary: "
+            "Ring 'Fallback only')")
 
 
-def rdh_all_reduce_rounds(order, off, length, buf) -> list[list[Xfer]]:
-    chunks = [[(off + o, ln)] for o, ln in split(length, len(order))]
-    return (rdh_reduce_scatter_rounds(order, chunks, buf)
-            + rdh_all_gather_rounds(order, chunks, buf))
+ALGORITHM = Algorithm(
+    name="ring", summary="reduce-scatter + all-gather around the torus's Hamiltonian "
+    "cycles, two slices per chunk; across nodes the flat ring",
+    ops=("all_reduce", "reduce_scatter", "all_gather", "reduce_scatter_v", "all_gather_v",
+         "broadcast"),
+    build=build, prefer=prefer, priority=90)

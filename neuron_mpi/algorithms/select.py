@@ -1,21 +1,13 @@
 """Which algorithm runs an operation on a group, and the schedule cache.
 
-Defaults (docs/algorithms.md):
-  all_reduce, all_gather, reduce_scatter:
-      members on several nodes, the same local indices on each -> "hierarchical"
-      (intra-node reduce-scatter, inter-node ring among ranks sharing a local index
-      over EFA, intra-node all-gather; all-gather inter-node first; reduce-scatter
-      intra-node first);
-      on one trn2 node, by message size as the Neuron runtime does on Trn2: "mesh"
-      below 1 MB, "rdh" from 1 MB to 56 MB (where it applies: a power-of-two number
-      of chips with the same number of members each), "ring" above (KangaRing's
-      place: both edge-disjoint Hamiltonian cycles of a full torus);
-      elsewhere (trn1, inf2, trn2 groups rdh does not fit) -> "ring".
-  all_gather_v, reduce_scatter_v -> "ring".
-  all_to_all, all_to_all_v, permute, barrier -> "direct" (routed point-to-point).
-  broadcast -> "ring" (a pipelined chain along the ring from the root).
-``algorithm=`` or NEURON_MPI_ALGO forces one; a forced algorithm that does not apply
-raises AlgorithmError naming it.
+Everything here is read from the registry (registry.py; one file per algorithm):
+the default is the first algorithm, in priority order, that applies to the group
+and whose ``prefer`` rule (the runtime's, with its source) takes the call; the
+fallbacks (ring, direct) always take it. docs/algorithms.md has the table.
+
+``algorithm=`` or NEURON_MPI_ALGO forces one; a forced ``algorithm=`` that does not
+apply raises AlgorithmError naming it and why; NEURON_MPI_ALGO is a preference that
+falls back to the default where it does not apply, but an unknown name is an error.
 """
 from __future__ import annotations
 
@@ -23,39 +15,27 @@ import functools
 import os
 
 from ..errors import AlgorithmError
-from . import build
+from . import registry
+from .registry import OPS
 
-ALGORITHMS = ("ring", "mesh", "chip", "rdh", "hierarchical", "direct")
-MESH_BELOW = 1 << 20  # bytes: Trn2 runtime selection
-RDH_UP_TO = 56 << 20
+ALGORITHMS = registry.names()  # index = fingerprint code (agree.py)
+_APPLIES = {op: registry.applies_to(op) for op in OPS}
 
-_APPLIES = {
-    "all_reduce": ("ring", "mesh", "chip", "rdh", "hierarchical"),
-    "reduce_scatter": ("ring", "mesh", "chip", "rdh", "hierarchical"),
-    "all_gather": ("ring", "mesh", "chip", "rdh", "hierarchical"),
-    "reduce_scatter_v": ("ring", "mesh"),
-    "all_gather_v": ("ring", "mesh"),
-    "all_to_all": ("direct",),
-    "all_to_all_v": ("direct",),
-    "permute": ("direct",),
-    "broadcast": ("ring", "direct"),
-    "barrier": ("direct",),
-}
-OPS = tuple(_APPLIES)
+
+def explain(op: str, view, nbytes: int | None = None) -> tuple[str, str]:
+    """(default algorithm, the rule that picked it, with its source)."""
+    for algo in registry.algorithms():
+        if algo.reason(op, view) is None:
+            why = algo.prefer(op, view, nbytes)
+            if why:
+                return algo.name, why
+    raise AssertionError(f"no algorithm takes {op}")  # ring/direct always do
 
 
 def default_algorithm(op: str, view, nbytes: int | None = None) -> str:
     """nbytes: the collective's buffer size (all-gather: its output), as nccom-test
     counts it."""
-    if op in ("all_reduce", "all_gather", "reduce_scatter"):
-        if view.node_symmetric:
-            return "hierarchical"
-        if view.topo.spec.family == "trn2" and view.size > 1 and nbytes is not None:
-            if nbytes < MESH_BELOW:
-                return "mesh"
-            if nbytes <= RDH_UP_TO and view.rdh_ok:
-                return "rdh"
-    return _APPLIES[op][0]
+    return explain(op, view, nbytes)[0]
 
 
 def choose(op: str, view, algorithm=None, nbytes: int | None = None) -> str:
@@ -64,27 +44,18 @@ def choose(op: str, view, algorithm=None, nbytes: int | None = None) -> str:
     if forced is None:
         return default_algorithm(op, view, nbytes)
     source = "algorithm" if algorithm is not None else "NEURON_MPI_ALGO"
-    if forced not in ALGORITHMS:
+    algo = registry.get(forced)
+    if algo is None:
         raise AlgorithmError(f"{source}: unknown algorithm {forced!r}; known: "
                              + ", ".join(ALGORITHMS))
-    if forced not in _APPLIES[op]:
+    if op not in algo.ops:
         if algorithm is None:  # env var: a global preference, fall back quietly
             return default_algorithm(op, view, nbytes)
         raise AlgorithmError(f"{source}: {forced!r} does not apply to {op}; it takes "
                              + ", ".join(_APPLIES[op]))
-    if forced == "hierarchical" and not view.node_symmetric:
-        raise AlgorithmError(
-            f"{source}: 'hierarchical' needs members on at least 2 nodes with the same "
-            f"local indices on each; this group of {view.size} is not")
-    if forced == "rdh" and not view.rdh_ok:
-        raise AlgorithmError(
-            f"{source}: 'rdh' needs members on one node, on a power-of-two number of "
-            f"chips (at least 2) with the same number on each; this group of {view.size} "
-            "is not")
-    if forced == "chip" and not view.chip_symmetric:
-        raise AlgorithmError(
-            f"{source}: 'chip' needs members on at least 2 chips with the same number "
-            f"(at least 2) on each chip; this group of {view.size} is not")
+    why = algo.reason(op, view)
+    if why is not None:
+        raise AlgorithmError(f"{source}: {forced!r} {why}")
     return forced
 
 
@@ -96,18 +67,4 @@ def schedule_for(view, op: str, algorithm: str, sizes, avg: bool = False, extra=
     per-member element counts; all_to_all*: the count matrix (tuple of tuples).
     extra: permute pairs (tuple) or broadcast root.
     """
-    if op == "all_reduce":
-        return build.all_reduce(view, sizes, algorithm, avg)
-    if op in ("reduce_scatter", "reduce_scatter_v"):
-        return build.reduce_scatter(view, list(sizes), algorithm, avg, op=op)
-    if op in ("all_gather", "all_gather_v"):
-        return build.all_gather(view, list(sizes), algorithm, op=op)
-    if op in ("all_to_all", "all_to_all_v"):
-        return build.all_to_all(view, [list(r) for r in sizes], algorithm, op=op)
-    if op == "permute":
-        return build.permute(view, sizes, list(extra), algorithm)
-    if op == "broadcast":
-        return build.broadcast(view, sizes, extra, algorithm)
-    if op == "barrier":
-        return build.barrier(view, algorithm)
-    raise AssertionError(op)
+    return registry.get(algorithm).build(op, view, sizes, avg, extra)

@@ -18,6 +18,7 @@ import re
 import sys
 
 from .. import catalog as cat
+from ..algorithms.registry import add_argument as add_algorithm_argument
 from ..errors import NeuronMPIError
 from ..model import workload as W
 from . import report
@@ -86,8 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-t", "--stats", default="avg", metavar="STAT",
                    help="per-size time: avg over iterations, or pNN (e.g. p50, p99) of "
                         "the per-iteration slowest-rank times (default avg)")
-    r.add_argument("--algorithm", metavar="A",
-                   help="force an algorithm: ring, mesh, chip, hierarchical, direct")
+    add_algorithm_argument(r)
     r.add_argument("--show-algorithm", action="store_true",
                    help="add the algorithm column")
     r.add_argument("--custom-replica-groups", metavar="JSON", dest="groups",

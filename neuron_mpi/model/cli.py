@@ -12,6 +12,7 @@ import sys
 import time
 
 from .. import catalog as cat
+from ..algorithms.registry import add_argument as add_algorithm_argument
 from ..errors import NeuronMPIError
 from ..bench import report
 from ..bench.sizes import UsageError, UsageParser, size_arg, sweep
@@ -48,8 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--op", dest="redop", default="sum",
                    choices=("sum", "prod", "max", "min", "avg"),
                    help="reduction (default sum); avg adds the division")
-    p.add_argument("--algorithm", metavar="A",
-                   help="force an algorithm: ring, mesh, chip, hierarchical, direct")
+    add_algorithm_argument(p)
     p.add_argument("--custom-replica-groups", metavar="JSON", dest="groups",
                    help="replica groups that run at the same time, priced together: a "
                         "JSON file or text, nccom-test's {\"replica_groups\": [[[0, 1], "

@@ -19,7 +19,7 @@ TP_SIZES = {
     ("trn2.48xlarge", 1, 2): 1,
     ("trn2.48xlarge", 1, 1): 1,
     ("trn1.32xlarge", 2, 64): 32,  # TP: a node; DP: the same core on both nodes
-    ("trn1.32xlarge", 1, 32): 16,
+    ("trn1.32xlarge", 1, 32): 8,   # the seeds' 8 TP x 4 DP; nested DP halves [i, i+8]
 }
 
 

@@ -1,0 +1,200 @@
+"""mesh: the runtime's two-step Mesh (intranode-collective-comm.rst, "Mesh
+Algorithm"). Data is written straight to ranks on remote chips and routed through
+the chips in between; the chip's ranks share the off-chip work.
+
+All-gather, two steps:
+  (0) every chip's chunks go to each other chip, landing on one receiver there
+      (receivers spread over the destination chip's ranks), and to the chip-mates;
+  (1) intra-chip broadcast: each receiver passes what it received to its mates.
+  The doc has one local rank read its mates' chunks and write them out; here each
+  rank sends its own chunk to that chip's receiver: the same bytes on every chip
+  link, in the same step.
+Reduce-scatter, two steps:
+  (0) each rank serves a share of the off-chip destinations (split evenly over the
+      chip's ranks): its mates hand it their chunk for those destinations and it
+      writes the on-chip sum (the intra-chip pre-reduction) to the destination;
+      on-chip destinations get their mates' chunks directly;
+  (1) each rank reduces the partial sums it received, one per chip, in chip order.
+  The pre-reduction is a round of intra-chip transfers before the off-chip one.
+All-reduce = mesh reduce-scatter then mesh all-gather (the doc's "Mesh
+AllReduce"), so every rank moves O(buffer) bytes, not O(ranks x buffer) as the
+single-step variant (mesh1.py) does.
+
+Across nodes the same code is the inter-node mesh (internode-collective-comm.rst):
+with one rank per chip, step (0) alone is a direct scatter/broadcast to all peers.
+"""
+from __future__ import annotations
+
+from ..schedule import IN, OUT, TMP, Local, Locals, Round, Schedule, Xfer, offsets, split
+from . import phases as P
+from .rdh import MESH_BELOW
+from .registry import Algorithm
+
+
+class _Chips:
+    """Members per chip (chip order of GroupView.by_chip) and who serves whom."""
+
+    def __init__(self, view):
+        self.lgs = view.by_chip
+        self.chip_of = {}
+        for k, lg in enumerate(self.lgs):
+            for g in lg:
+                self.chip_of[g] = k
+
+    def receiver(self, src_chip, dst_chip):
+        """The rank of dst_chip that receives src_chip's chunks (all-gather)."""
+        lg = self.lgs[dst_chip]
+        return lg[src_chip % len(lg)]
+
+    def senders(self, k, n):
+        """{destination: sender on chip k} for every off-chip destination, the
+        destinations (in group order) dealt round-robin over the chip's ranks."""
+        lg = self.lgs[k]
+        off = [d for d in range(n) if self.chip_of[d] != k]
+        return {d: lg[i % len(lg)] for i, d in enumerate(off)}
+
+
+def reduce_scatter_steps(view, chips, blocks, result):
+    """Rounds and the final Locals of a mesh reduce-scatter of the buffer already
+    in each member's TMP[0:total]; member d's block is ``blocks[d]`` = (off, len)
+    and its result goes to ``result(d)`` = (buf, off). Slots for the partial sums
+    from other chips follow the buffer in TMP: returns (steps, tmp_extra)."""
+    n = view.size
+    K = len(chips.lgs)
+    total = sum(ln for _, ln in blocks)
+    round_a, round_b = [], []
+    serve = [chips.senders(k, n) for k in range(K)]
+    for k, lg in enumerate(chips.lgs):
+        for a in lg:
+            for d in range(n):
+                off, ln = blocks[d]
+                if not ln:
+                    continue
+                to = d if chips.chip_of[d] == k else serve[k][d]
+                if to != a:
+                    round_a.append(Xfer(a, to, TMP, off, ln, TMP, off, True))
+
+    def slot(d, k):
+        j = k if k < chips.chip_of[d] else k - 1
+        return total + j * blocks[d][1]
+
+    for k in range(K):
+        for d, s in serve[k].items():
+            off, ln = blocks[d]
+            if ln:
+                round_b.append(Xfer(s, d, TMP, off, ln, TMP, slot(d, k)))
+    post = []
+    for d in range(n):
+        off, ln = blocks[d]
+        if not ln:
+            continue
+        buf, roff = result(d)
+        first = True
+        for k in range(K):
+            src = off if k == chips.chip_of[d] else slot(d, k)
+            post.append(Local(d, "copy" if first else "reduce", TMP, src, ln, buf, roff))
+            first = False
+    steps = [Round(r) for r in (round_a, round_b) if r]
+    if post:
+        steps.append(Locals(post))
+    extra = [(K - 1) * blocks[d][1] for d in range(n)]
+    return steps, extra
+
+
+def all_gather_steps(view, chips, blocks, src):
+    """Rounds of a mesh all-gather into OUT (block of member a at blocks[a]); member
+    a's own block is read from ``src(a)`` = (buf, off)."""
+    n = view.size
+    K = len(chips.lgs)
+    round_a, round_b = [], []
+    for k, lg in enumerate(chips.lgs):
+        for a in lg:
+            off, ln = blocks[a]
+            if not ln:
+                continue
+            buf, soff = src(a)
+            for b in lg:
+                if b != a:
+                    round_a.append(Xfer(a, b, buf, soff, ln, OUT, off))
+            for k2 in range(K):
+                if k2 != k:
+                    round_a.append(Xfer(a, chips.receiver(k, k2), buf, soff, ln, OUT, off))
+    for k2, lg2 in enumerate(chips.lgs):
+        for k in range(K):
+            if k == k2:
+                continue
+            r = chips.receiver(k, k2)
+            for a in chips.lgs[k]:
+                off, ln = blocks[a]
+                if ln:
+                    round_b.extend(Xfer(r, b, OUT, off, ln, OUT, off) for b in lg2 if b != r)
+    return [Round(r) for r in (round_a, round_b) if r]
+
+
+def all_reduce(view, count, avg):
+    n = view.size
+    chips = _Chips(view)
+    blocks = split(count, n)
+    pre = [Local(g, "copy", IN, 0, count, TMP, 0) for g in range(n) if count]
+    rs, extra = reduce_scatter_steps(view, chips, blocks, lambda d: (OUT, blocks[d][0]))
+    ag = all_gather_steps(view, chips, blocks, lambda a: (OUT, blocks[a][0]))
+    steps = ([Locals(pre)] if pre else []) + rs + ag
+    post = P.divide(n, lambda g: (0, count), avg)
+    if post:
+        steps.append(Locals(post))
+    return Schedule("all_reduce", "mesh", n, [count] * n, [count] * n,
+                    [count + e for e in extra], steps)
+
+
+def reduce_scatter(view, counts, avg, op):
+    n = view.size
+    chips = _Chips(view)
+    total = sum(counts)
+    boffs = offsets(counts)
+    blocks = list(zip(boffs, counts))
+    pre = [Local(g, "copy", IN, 0, total, TMP, 0) for g in range(n) if total]
+    rs, extra = reduce_scatter_steps(view, chips, blocks, lambda d: (OUT, 0))
+    steps = ([Locals(pre)] if pre else []) + rs
+    post = P.divide(n, lambda g: (0, counts[g]), avg)
+    if post:
+        steps.append(Locals(post))
+    return Schedule(op, "mesh", n, [total] * n, list(counts), [total + e for e in extra], steps)
+
+
+def all_gather(view, counts, op):
+    n = view.size
+    chips = _Chips(view)
+    total = sum(counts)
+    boffs = offsets(counts)
+    blocks = list(zip(boffs, counts))
+    pre = [Local(g, "copy", IN, 0, counts[g], OUT, boffs[g]) for g in range(n) if counts[g]]
+    steps = ([Locals(pre)] if pre else []) + all_gather_steps(view, chips, blocks,
+                                                               lambda a: (IN, 0))
+    return Schedule(op, "mesh", n, list(counts), [total] * n, [0] * n, steps)
+
+
+def build(op, view, sizes, avg=False, extra=None):
+    if op == "all_reduce":
+        return all_reduce(view, sizes, avg)
+    if op in ("reduce_scatter", "reduce_scatter_v"):
+        return reduce_scatter(view, list(sizes), avg, op)
+    if op in ("all_gather", "all_gather_v"):
+        return all_gather(view, list(sizes), op)
+    raise AssertionError(op)
+
+
+def prefer(op, view, nbytes):
+    if op not in ("all_reduce", "reduce_scatter", "all_gather") or nbytes is None:
+        return None
+    if len(view.by_node) == 1 and view.size > 1 and nbytes < MESH_BELOW:
+        return ("one node, buffer < 1 MiB (intranode-collective-comm.rst summary: Mesh "
+                "'< 1MB'; nccom-test.rst: trn2 16 ranks mesh up to 128 KiB, trn1 32-rank "
+                "all-gather of 1 KiB in 6.16 us)")
+    return None
+
+
+ALGORITHM = Algorithm(
+    name="mesh", summary="two-step mesh: routed writes to every chip with the chip's "
+    "ranks sharing the destinations, then an intra-chip stage",
+    ops=("all_reduce", "reduce_scatter", "all_gather", "reduce_scatter_v", "all_gather_v"),
+    build=build, prefer=prefer, priority=20)

@@ -17,9 +17,10 @@ The rules, step by step:
 * Steps run one after the other; the total is their sum.
 * Intra-chip hops (two ranks on one chip) do not share: each pair of cores is its
   own DMA stream at the catalog's per-pair figure.
-* Sliced algorithms (``SLICED``: the rings send each chunk in two slices) overlap
-  the reduction with the transfer: a transfer of time t whose delivery reduces for
-  time u takes (t + u + max(t, u)) / 2 instead of t + u.
+* Sliced rounds (``Round.slices`` = k > 1: the ring and KangaRing send each chunk
+  in two slices) overlap the reduction with the transfer: a transfer of time t
+  whose delivery reduces for time u takes (t + u) / k + (k - 1) / k x max(t, u)
+  instead of t + u (k = 2: (t + u + max(t, u)) / 2).
 * Leading copies (a ``Locals`` step before the first round that only copies the
   input into place) are free: the hardware's first step reads the input where it
   lies.
@@ -36,9 +37,6 @@ from .lowering import lowerer
 #: HBM bytes read + written per element byte, for each kind of local work
 LOCAL_TRAFFIC = {"copy": 2.0, "reduce": 3.0, "divide": 2.0, "zero": 1.0}
 REDUCE_DELIVERY_TRAFFIC = 3.0
-#: algorithms that send every chunk in two slices (intranode-collective-comm.rst:
-#: "each chunk is sent in two slices so that reduction overlaps transfer")
-SLICED = frozenset({"ring", "kangaring", "hierarchical", "chip", "flat_ring"})
 
 
 
@@ -83,9 +81,8 @@ def price(schedule, view, itemsize: int, sliced: bool | None = None,
     """The modeled time of ``schedule`` on ``view``'s topology, in microseconds,
     plus ``floor_us`` (the runtime's per-call cost) and ``step_us`` for every round
     that moves anything (the runtime's per-step handshake). ``sliced``: overlap reductions
-    with transfers (default: the schedule's algorithm is in SLICED)."""
-    if sliced is None:
-        sliced = schedule.algorithm in SLICED
+    with transfers as if every round had 2 slices (True) or 1 (False); default: each
+    round's own ``slices``."""
     lw = lowerer(view)
     steps = lw.lower(schedule, itemsize)
     l_src, l_dst, l_bw, l_lat, l_efa = lw.links.arrays()
@@ -131,8 +128,9 @@ def price(schedule, view, itemsize: int, sliced: bool | None = None,
                                weights=REDUCE_DELIVERY_TRAFFIC * st.xfer_bytes[st.reduce],
                                minlength=nc)
             red_t[st.reduce] = work[st.dst_chip[st.reduce]] / (hbm * 1e3)
-        if sliced:
-            total = (chain + red_t + np.maximum(chain, red_t)) / 2
+        k = st.slices if sliced is None else (2 if sliced else 1)
+        if k > 1:
+            total = (chain + red_t) / k + (k - 1) / k * np.maximum(chain, red_t)
         else:
             total = chain + red_t
         k = int(np.argmax(total))

@@ -51,6 +51,7 @@ class RoundHops:
     dst_chip: np.ndarray  # per transfer: global chip of the destination member
     xfer_bytes: np.ndarray  # per transfer
     reduce: np.ndarray  # per transfer: delivered with a reduction
+    slices: int = 1  # the round's Round.slices (reduction overlaps the transfer)
 
 
 class Lowerer:
@@ -125,7 +126,9 @@ class Lowerer:
         out = []
         for st in schedule.steps:
             if isinstance(st, Round):
-                out.append(self.lower_round(st.xfers, itemsize))
+                rh = self.lower_round(st.xfers, itemsize)
+                rh.slices = getattr(st, "slices", 1)
+                out.append(rh)
             elif isinstance(st, Locals):
                 out.append(st)
         return out

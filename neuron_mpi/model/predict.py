@@ -8,7 +8,7 @@ from ..algorithms.group import GroupView
 from ..algorithms.select import choose, schedule_for
 from ..errors import TopologyError
 from ..topology import Topology, resolve
-from .cost import SLICED, Cost, price
+from .cost import Cost, price
 from .workload import (Workload, bus_factor, canonical_op, workload,
                        workload_counts, workload_pairs)
 
@@ -141,19 +141,20 @@ def _world_schedule(scheds, views, n_world):
     steps = []
     depth = max(len(s.steps) for s in scheds)
     for k in range(depth):
-        xs, ls = [], []
+        xs, ls, k_slices = [], [], 1
         for s, v in zip(scheds, views):
             if k >= len(s.steps):
                 continue
             st = s.steps[k]
             if isinstance(st, Round):
+                k_slices = max(k_slices, getattr(st, "slices", 1))
                 xs.extend(replace(x, src=v.ranks[x.src], dst=v.ranks[x.dst]) for x in st.xfers)
             else:
                 ls.extend(replace(lo, rank=v.ranks[lo.rank]) for lo in st.ops)
         if ls:
             steps.append(Locals(ls))
         if xs:
-            steps.append(Round(xs))
+            steps.append(Round(xs, slices=k_slices))
     first = scheds[0]
     return Schedule(first.op, first.algorithm, n_world, [0] * n_world, [0] * n_world,
                     [0] * n_world, steps)
@@ -187,9 +188,8 @@ def predict_groups(op, nbytes, groups, instance=None, lnc=None, nodes=None,
         scheds.append(schedule_for(v, wl.sched_op, a, wl.sizes, avg, wl.extra))
     world = GroupView(topo, range(topo.size))
     merged = _world_schedule(scheds, views, topo.size)
-    sliced = scheds[0].algorithm in SLICED
     floor_us, step_us = max(_runtime_costs(v, op, runtime) for v in views)
-    cost = price(merged, world, dt.itemsize, sliced, floor_us, step_us)
+    cost = price(merged, world, dt.itemsize, None, floor_us, step_us)
     algo = algos[0] if len(set(algos)) == 1 else "+".join(sorted(set(algos)))
     return _prediction(r, wl, algo, name, topo, cost)
 

@@ -55,6 +55,9 @@ class Block:
 
 _TRN1_2023 = ("2023 page: the SDK then ran collectives on trn1 only (trn2 arrived in "
               "December 2024)")
+_RING_2023 = ("; no algorithm on the page: we take the ring, trn1's algorithm before the "
+              "runtime docs describing Mesh and RDH appeared (intranode-collective-comm.rst, "
+              "added 2025-12-01)")
 
 _RING_WHY = ("; the page shows no algorithm: we take the ring, the only schedule whose "
              "step count explains both flat times (63 steps for 64 ranks, 258 us; 30 "
@@ -67,19 +70,22 @@ _MESH_WHY = ("; no algorithm on the page: we take mesh, one step whose routed ho
 BLOCKS = (
     Block("allr2-32MB", "4f641e78", "2023-04-27", "nccom-test -r 2 allr",
           "trn1.32xlarge", 1, 1, 2, "all_reduce", "uint8", ((33554432, 768),),
-          _TRN1_2023 + "; 2 ranks = the two NeuronCores of one Trainium chip"),
+          _TRN1_2023 + "; 2 ranks = the two NeuronCores of one Trainium chip" + _RING_2023,
+          algorithm="ring"),
     Block("allr2-sweep", "4f641e78", "2023-04-27",
           "nccom-test -r 2 --minbytes 1kb --maxbytes 1gb --stepfactor 4 --datatype fp32 allr",
           "trn1.32xlarge", 1, 1, 2, "all_reduce", "fp32",
           ((1024, 58), (4096, 58), (16384, 58), (65536, 58), (262144, 60), (1048576, 68),
            (4194304, 107), (16777216, 332), (67108864, 1214), (268435456, 4750),
            (1073741824, 18930)),
-          _TRN1_2023 + "; 2 ranks = the two NeuronCores of one Trainium chip"),
+          _TRN1_2023 + "; 2 ranks = the two NeuronCores of one Trainium chip" + _RING_2023,
+          algorithm="ring"),
     Block("allg32-2023", "4f641e78", "2023-04-27",
           "nccom-test -r 32 --minbytes 1kb --maxbytes 1mb --stepfactor 8 --datatype fp32 "
           "--check allg", "trn1.32xlarge", 1, 1, 32, "all_gather", "fp32",
           ((1024, 151), (8192, 149), (65536, 150), (524288, 179)),
-          _TRN1_2023 + "; 32 ranks = every core of a trn1.32xlarge"),
+          _TRN1_2023 + "; 32 ranks = every core of a trn1.32xlarge" + _RING_2023,
+          algorithm="ring"),
     Block("allr64-2node", "4f641e78", "2023-04-27",
           "nccom-test -r 64 -N 2 -b 8 -e 1GB -f 2 -n 50 -w 5 -d fp32 allr --hosts ...",
           "trn1.32xlarge", 1, 2, 64, "all_reduce", "fp32",
@@ -90,7 +96,10 @@ BLOCKS = (
            (16777216, 2138), (33554432, 2711), (67108864, 3963), (134217728, 6279),
            (268435456, 11954), (536870912, 21803), (1073741824, 41806)),
           _TRN1_2023 + "; the page says 32 ranks run on each of the 2 hosts: two "
-          "trn1.32xlarge"),
+          "trn1.32xlarge; no algorithm on the page: we take the hierarchical one, the "
+          "runtime's default across nodes since collectives 2.12.22 (internode docs), "
+          "whose 2-node bandwidth the rows >= 32 MiB follow",
+          algorithm="hierarchical"),
     Block("allg32-io", "6b6ad292", "2025-06-24",
           "nccom-test -r 32 --minbytes 1kb --maxbytes 1mb --stepfactor 8 --datatype fp32 "
           "--check allg --show-input-output-size", "trn1.32xlarge", 1, 1, 32,

@@ -15,12 +15,15 @@ the arriving data into it (dst = op(dst, data)).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 IN, OUT, TMP = "in", "out", "tmp"
 
 
-@dataclass(frozen=True)
-class Xfer:
+class Xfer(NamedTuple):
+    """One transfer (immutable). A NamedTuple rather than a frozen dataclass: a
+    1024-rank schedule has half a million of them and this builds twice as fast."""
+
     src: int
     dst: int
     src_buf: str

@@ -148,7 +148,7 @@ def _world_schedule(scheds, views, n_world):
             st = s.steps[k]
             if isinstance(st, Round):
                 k_slices = max(k_slices, getattr(st, "slices", 1))
-                xs.extend(replace(x, src=v.ranks[x.src], dst=v.ranks[x.dst]) for x in st.xfers)
+                xs.extend(x._replace(src=v.ranks[x.src], dst=v.ranks[x.dst]) for x in st.xfers)
             else:
                 ls.extend(replace(lo, rank=v.ranks[lo.rank]) for lo in st.ops)
         if ls:

@@ -35,6 +35,7 @@ from .errors import (CollectiveTimeoutError, CommunicatorFailedError,
 from .executor import Execution, Plan, make_buffers, pieces
 from .kernels import dtype_name
 from .recorder import FlightRecorder
+from .schedule import CallRecord
 from .topology import topology as make_topology
 
 DEFAULT_TIMEOUT = env.DEFAULT_TIMEOUT
@@ -115,6 +116,9 @@ class Communicator:
         self._p2p_recv: dict[int, int] = {}
         self._plans: dict = {}
         self._control = Control(self)
+        #: the last collective this rank ran: schedule.CallRecord(op, algorithm,
+        #: schedule, itemsize), for the time model (neuron_mpi.model.price_record)
+        self.last_call = None
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -133,6 +137,7 @@ class Communicator:
             sched = schedule_for(self._view, op, algorithm, sizes, avg, extra)
             plan = Plan(sched, self._view, self.rank, dtype.itemsize, self._engine.piece_bytes,
                         self._engine, dtype_name(dtype))
+            plan.record = CallRecord(op, algorithm, sched, dtype.itemsize)
             if len(self._plans) > 64:
                 self._plans.clear()
             self._plans[key] = plan
@@ -222,6 +227,7 @@ class Communicator:
         self._seq = seq
         eng = self._engine
         plan = self._plan(op, algo, sizes, x.dtype, avg, extra)
+        self.last_call = plan.record
         agreement = None
         try:
             if _checking() and self.size > 1:

@@ -107,3 +107,15 @@ def merge_parallel(*phases: list[list[Xfer]]) -> list[list[Xfer]]:
     holds round i of each input (in the order given)."""
     n = max((len(p) for p in phases), default=0)
     return [[x for p in phases if i < len(p) for x in p[i]] for i in range(n)]
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """What one collective call ran: its schedule op, the algorithm and the schedule
+    (group indices), and the element size. ``Communicator.last_call`` keeps the
+    last one; the time model prices it (``neuron_mpi.model.price_record``)."""
+
+    op: str
+    algorithm: str
+    schedule: Schedule
+    itemsize: int

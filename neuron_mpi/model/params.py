@@ -133,7 +133,10 @@ FAMILY_FALLBACK = {"inf2": "trn1", "trn1": "trn2", "trn2": "trn1"}
 OP_KIND = {"all_reduce": "all_reduce", "all_gather": "all_gather",
            "all_gather_v": "all_gather_v", "reduce_scatter": "reduce_scatter",
            "reduce_scatter_v": "reduce_scatter_v", "alltoall": "all_to_all",
-           "alltoallv": "all_to_all", "permute": "permute", "sendrecv": "p2p"}
+           "alltoallv": "all_to_all", "permute": "permute", "sendrecv": "p2p",
+           # schedule op names (a CallRecord's op)
+           "all_to_all": "all_to_all", "all_to_all_v": "all_to_all",
+           "broadcast": "all_gather", "barrier": "all_reduce"}
 
 
 def _runtimes(runtime: str):

@@ -7,6 +7,7 @@ from .. import catalog as cat
 from ..algorithms.group import GroupView
 from ..algorithms.select import choose, schedule_for
 from ..errors import TopologyError
+from ..schedule import CallRecord
 from ..topology import Topology, resolve
 from .cost import Cost, price
 from .workload import (Workload, bus_factor, canonical_op, workload,
@@ -92,8 +93,12 @@ def _avg(wl: Workload, op_reduce: str) -> bool:
 def _prediction(view_size, wl, algo, dtype_name, topo, cost) -> Prediction:
     t = max(cost.time_us, 1e-9)
     algbw = wl.size / (t * 1e3)
+    try:
+        factor = bus_factor(wl.op, view_size)
+    except ValueError:  # broadcast, barrier
+        factor = 1.0
     return Prediction(wl.op, wl.size, wl.elems, dtype_name, view_size, algo, cost.time_us,
-                      algbw, algbw * bus_factor(wl.op, view_size), topo.instance,
+                      algbw, algbw * factor, topo.instance,
                       topo.lnc, topo.nodes, cost)
 
 
@@ -102,31 +107,32 @@ def predict_workload(view: GroupView, wl: Workload, algorithm=None, dtype_name="
     """Price a workload on a group view: the algorithm the communicator would choose
     (or ``algorithm``), its schedule, plus the runtime floor."""
     avg = _avg(wl, op_reduce)
-    algo = choose(wl.sched_op, view, algorithm, wl.size)
-    sched = schedule_for(view, wl.sched_op, algo, wl.sizes, avg, wl.extra)
+    if wl.op == "sendrecv":
+        # what runs: every member's point-to-point send to the next, at once (no
+        # collective, no agreement; the bench's send/recv pair)
+        algo = "p2p"
+        sched = schedule_for(view, "permute", "direct", wl.sizes, False, wl.extra)
+    else:
+        algo = choose(wl.sched_op, view, algorithm, wl.size)
+        sched = schedule_for(view, wl.sched_op, algo, wl.sizes, avg, wl.extra)
     return price_record(CallRecord(wl.op, algo, sched, wl.itemsize), view, wl,
                         dtype_name, runtime)
 
 
-@dataclass(frozen=True)
-class CallRecord:
-    """What one call ran: the bench op, the algorithm and the schedule (group
-    indices), and the element size. ``Communicator.last_call`` keeps the last one."""
-
-    op: str
-    algorithm: str
-    schedule: object
-    itemsize: int
-
-
 def price_record(rec: CallRecord, view: GroupView, wl: Workload | None = None,
                  dtype_name: str = "", runtime=None) -> Prediction:
-    """Price the schedule a call actually ran (``rec``) on its group ``view``."""
+    """Price the schedule a call actually ran (``rec``, e.g. ``comm.last_call``) on
+    its group ``view``. ``wl``: the row's workload (sizes for algbw/busbw); without
+    it the size is the first member's larger buffer."""
     floor_us, step_us = _runtime_costs(view, rec.op, runtime)
     cost = price(rec.schedule, view, rec.itemsize, None, floor_us, step_us)
     if wl is None:
         size = max(sum(rec.schedule.in_elems[:1]), sum(rec.schedule.out_elems[:1]))
-        wl = Workload(rec.op, rec.schedule.op, view.size, rec.itemsize, size * rec.itemsize,
+        try:
+            name = canonical_op(rec.op)
+        except ValueError:  # broadcast, barrier: no bench row of their own
+            name = rec.op
+        wl = Workload(name, rec.schedule.op, view.size, rec.itemsize, size * rec.itemsize,
                       size)
     return _prediction(view.size, wl, rec.algorithm, dtype_name, view.topo, cost)
 
@@ -244,9 +250,10 @@ def predict(op, nbytes, instance=None, lnc=None, nodes=None, ranks=None, algorit
 
 # --- the parameters, with their sources ---------------------------------------------
 _SOURCES = {
-    cat.INTRA_CHIP: "HBM-to-HBM copy on one chip: half the chip's HBM bandwidth "
-                    "[hbm: Trainium2 2.9 TB/s, Trainium/Inferentia2 820 GB/s]; 0.5 us "
-                    "per DMA (assumption, no public figure)",
+    cat.INTRA_CHIP: "one DMA between two cores of a chip, per pair (pairs do not share): "
+                    "trn2 37.52 GiB/s, the published permute (nccom-test.rst a0b8b3e7); "
+                    "trn1/inf2 64 GiB/s, fitted to the published 2-rank all-reduce "
+                    "(4f641e78); 0.5 us per DMA (assumption, no public figure)",
     cat.NEURONLINK: "per-chip NeuronLink total over its links [about / trn1 / inf2]; "
                     "1.5 us per hop, midpoint of the docs' 1-2 us [intra]",
     cat.NEURONLINK_Z: "UltraServer Z: 256 GB/s per chip over 2 Z links [about]; 1.5 us",

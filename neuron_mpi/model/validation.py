@@ -141,6 +141,18 @@ def table(rows=None) -> str:
                  f"{s['small_recent_gm']:.1%} (target <= 50%).")
     lines.append(f"* All rows below 32 MiB (with the 2023 ones): {s['small_rows']}, "
                  f"geometric-mean error {s['small_gm']:.1%}.")
+    miss = misses(rows)
+    lines.append("* Targets missed: " + ("; ".join(miss) if miss else "none") + ".")
+    lines.append("")
+    lines.append("The runtime's figures (``neuron_mpi/model/params.py``; the link figures "
+                 "are in the next section):")
+    lines.append("")
+    lines.append("| parameter | value | source |")
+    lines.append("|---|---|---|")
+    from .params import all_params
+
+    for q in all_params():
+        lines.append(f"| {q.name} | {q.value:g} {q.unit} | {q.source} |")
     return "\n".join(lines) + "\n"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from .errors import (AlgorithmError, CollectiveMismatchError, CollectiveTimeoutError,
                      CommunicatorFailedError, InvalidArgumentError, NeuronMPIError,
                      TopologyError, UnsupportedGroupError)
+from .layout import check_layout
 from .topology import Link, Placement, Topology, topology
 
 SUM, PROD, MAX, MIN, AVG = "sum", "prod", "max", "min", "avg"
@@ -23,6 +24,6 @@ __all__ = [
     "AlgorithmError", "CollectiveMismatchError", "CollectiveTimeoutError",
     "CommunicatorFailedError", "InvalidArgumentError", "NeuronMPIError",
     "TopologyError", "UnsupportedGroupError", "Link", "Placement", "Topology",
-    "topology", "__version__", "init", "Communicator", "Handle",
+    "topology", "check_layout", "__version__", "init", "Communicator", "Handle",
     "SUM", "PROD", "MAX", "MIN", "AVG",
 ]

@@ -22,15 +22,9 @@ from .errors import NeuronMPIError
 PROG = "neuron-mpi"
 
 
-class UsageError(Exception):
-    """A bad command line: reported in one line, exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (no usage dump) and no SystemExit."""
-
-    def error(self, message):
-        raise UsageError(f"{message} (see '{self.prog} --help')")
+# the usage-error parser the bench and model CLIs share: a usage error is one line
+# (no usage dump), exit status 2, no SystemExit
+from .bench.sizes import UsageError, UsageParser as _Parser, human, size_arg  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -86,9 +80,65 @@ def _topo_run(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- groups ------------------------------------------------------------------------
+def _groups_configure(p: argparse.ArgumentParser) -> None:
+    add_topology_arguments(p)
+    g = p.add_argument_group("layout (one of --tp or --replica-groups)")
+    g.add_argument("--tp", type=int, metavar="T", help="tensor-parallel size: TP x DP x PP "
+                   "groups laid out as neuronx-distributed does")
+    g.add_argument("--pp", type=int, metavar="P", help="pipeline-parallel size (default 1)")
+    g.add_argument("--dp", type=int, metavar="D",
+                   help="data-parallel size (default: the ranks / (tp x pp))")
+    g.add_argument("--replica-groups", metavar="JSON", dest="replica_groups",
+                   help="a JSON file, or inline JSON, with a list of lists of world ranks")
+    p.add_argument("--size", type=size_arg, default=64 << 20, metavar="SIZE",
+                   help="buffer for the modeled all-reduce and all-gather times (default "
+                        "64MB; 1kb = 1024)")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text (default) or json (LayoutReport.as_dict())")
+
+
+def _load_json_groups(text: str):
+    import os
+
+    src = text
+    if os.path.isfile(text):
+        with open(text) as f:
+            src = f.read()
+    try:
+        return json.loads(src)
+    except json.JSONDecodeError as e:
+        raise UsageError(f"--replica-groups: not valid JSON ({e.msg} at line {e.lineno} "
+                         f"column {e.colno})") from None
+
+
+def _groups_run(args: argparse.Namespace) -> int:
+    from .layout import check_layout, format_text
+
+    if (args.tp is None) == (args.replica_groups is None):
+        raise UsageError("give exactly one of --tp or --replica-groups (see "
+                         f"'{PROG} groups --help')")
+    if args.tp is None and (args.pp is not None or args.dp is not None):
+        raise UsageError("--pp and --dp go with --tp, not with --replica-groups")
+    groups = None if args.replica_groups is None else _load_json_groups(args.replica_groups)
+    from .topology import resolve
+
+    instance, lnc, nodes = resolve(args.instance, args.lnc, args.nodes)
+    rep = check_layout(instance, lnc, nodes, tp=args.tp, pp=args.pp or 1, dp=args.dp,
+                       replica_groups=groups, size=args.size)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(rep.as_dict(), indent=1) + "\n")
+    else:
+        sys.stdout.write(format_text(rep, human(args.size)))
+    return 0 if rep.accepted else 1
+
+
 COMMANDS: dict[str, Command] = {
     "topo": Command("show the ranks, chips, links and rings of an instance topology",
                     _topo_configure, _topo_run),
+    "groups": Command("check replica groups (a TP x DP x PP layout or explicit groups) "
+                      "against the hardware's rules and model their collectives",
+                      _groups_configure, _groups_run),
 }
 
 

@@ -24,7 +24,8 @@ rank-list"); one-rank-per-chip groups use Ring.
 """
 from __future__ import annotations
 
-from ..schedule import IN, OUT, TMP, Local, Xfer, merge_parallel, offsets, split
+from ..schedule import (IN, OUT, TMP, Local, Locals, Round, Schedule, Xfer, merge_parallel,
+                        offsets, split)
 from . import phases as P
 from .rdh import MESH_BELOW
 from .registry import Algorithm
@@ -62,27 +63,62 @@ def channels(view):
     return out
 
 
-def rs_rounds(order, sec, regions, buf):
+def rs_steps(order, sec, regions, buf, slot_base):
     """Primary-cycle reduce-scatter with the secondaries' chunks added on the way:
-    position j ends with regions[j] reduced over every primary and secondary."""
+    position j ends with regions[j] reduced over every primary and secondary.
+
+    Per ring step: a (transfers, local reductions) pair. The partial sum is reduced
+    on arrival; a secondary's chunk lands in a slot of the downstream primary's TMP
+    (from ``slot_base[primary]``) and is added by a local step after the round, so
+    no two deliveries of a round write the same region. In the last step the owner's
+    own secondary hands over its chunk the same way."""
     n = len(order)
-    rounds = []
-    for s in range(n - 1):
-        rnd = []
+    width = {}
+    for j, p in enumerate(order):
+        width[p] = sum(ln for _, ln in regions[j])
+    out = []
+    for s in range(max(n - 1, 1)):
+        xs, los = [], []
         for k in range(n):
-            for off, ln in regions[(k - s - 1) % n]:
+            nxt = order[(k + 1) % n]
+            r = regions[(k - s - 1) % n]
+            slot = slot_base[nxt]
+            for off, ln in r if n > 1 else ():
                 if ln:
-                    nxt = order[(k + 1) % n]
-                    rnd.append(Xfer(order[k], nxt, buf, off, ln, buf, off, True))
-                    rnd.append(Xfer(sec[order[k]], nxt, buf, off, ln, buf, off, True))
-        rounds.append(rnd)
-    last = [Xfer(sec[order[j]], order[j], buf, off, ln, buf, off, True)
-            for j in range(n) for off, ln in regions[j] if ln]
-    if rounds:
-        rounds[-1].extend(last)
-    else:
-        rounds.append(last)
-    return rounds
+                    xs.append(Xfer(order[k], nxt, buf, off, ln, buf, off, True))
+                    xs.append(Xfer(sec[order[k]], nxt, buf, off, ln, TMP, slot))
+                    los.append(Local(nxt, "reduce", TMP, slot, ln, buf, off))
+                slot += ln
+        if s == max(n - 1, 1) - 1:  # the owner's own secondary, second slot half
+            for j, p in enumerate(order):
+                slot = slot_base[p] + width[p]
+                for off, ln in regions[j]:
+                    if ln:
+                        xs.append(Xfer(sec[p], p, buf, off, ln, TMP, slot))
+                        los.append(Local(p, "reduce", TMP, slot, ln, buf, off))
+                    slot += ln
+        out.append((xs, los))
+    return out
+
+
+def _merge_steps(*channels):
+    """Side by side: step i of every channel's (transfers, locals) in one Round and
+    one Locals."""
+    steps = []
+    for i in range(max((len(c) for c in channels), default=0)):
+        xs = [x for c in channels if i < len(c) for x in c[i][0]]
+        los = [lo for c in channels if i < len(c) for lo in c[i][1]]
+        if xs:
+            steps.append(Round(xs, 2))
+        if los:
+            steps.append(Locals(los))
+    return steps
+
+
+def _slots(order, regions, base):
+    """TMP slot base per primary (2 x its regions: upstream's and own secondary's)."""
+    return {p: base for p in order}, max(2 * sum(ln for _, ln in regions[j])
+                                         for j in range(len(order)))
 
 
 def ag_rounds(order, sec, regions, buf):
@@ -111,16 +147,21 @@ def ag_rounds(order, sec, regions, buf):
 def all_reduce(view, count, avg):
     n = view.size
     pre = [Local(g, "copy", IN, 0, count, OUT, 0) for g in range(n) if count]
-    rs, ag = [], []
+    rs, ag, tmp = [], [], [0] * n
     for (order, sec), (off, ln) in zip(channels(view), split(count, CHANNELS)):
         regions = [[(off + o, l2)] for o, l2 in split(ln, len(order))]
-        rs.append(rs_rounds(order, sec, regions, OUT))
+        base, width = _slots(order, regions, 0)
+        for p in order:
+            tmp[p] = max(tmp[p], width)
+        rs.append(rs_steps(order, sec, regions, OUT, base))
         ag.append(ag_rounds(order, sec, [[(o, l2, False) for o, l2 in r] for r in regions],
                             OUT))
-    rs, ag = merge_parallel(*rs), merge_parallel(*ag)
-    return P.sched("all_reduce", "kangaring", n, [count] * n, [count] * n, [0] * n, pre,
-                   rs + ag, P.divide(n, lambda g: (0, count), avg),
-                   slices=[2] * len(rs) + [1] * len(ag))
+    steps = ([Locals(pre)] if pre else []) + _merge_steps(*rs)
+    steps += [Round(r) for r in merge_parallel(*ag) if r]
+    post = P.divide(n, lambda g: (0, count), avg)
+    if post:
+        steps.append(Locals(post))
+    return Schedule("all_reduce", "kangaring", n, [count] * n, [count] * n, tmp, steps)
 
 
 def _pair_regions(order, sec, boffs, counts, c):
@@ -140,19 +181,24 @@ def reduce_scatter(view, counts, avg, op):
     total = sum(counts)
     boffs = offsets(counts)
     pre = [Local(g, "copy", IN, 0, total, TMP, 0) for g in range(n) if total]
-    rs, give = [], []
+    rs, give, tmp = [], [], [total] * n
     for c, (order, sec) in enumerate(channels(view)):
         regs = _pair_regions(order, sec, boffs, counts, c)
-        rs.append(rs_rounds(order, sec, [[(o, ln) for o, ln, _ in r] for r in regs], TMP))
+        plain = [[(o, ln) for o, ln, _ in r] for r in regs]
+        base, width = _slots(order, plain, total)
+        for p in order:
+            tmp[p] = max(tmp[p], total + width)
+        rs.append(rs_steps(order, sec, plain, TMP, base))
         give.append([[Xfer(p, sec[p], TMP, o, ln, TMP, o)
                       for p, r in zip(order, regs) for o, ln, from_sec in r
                       if from_sec and ln]])
-    rs = merge_parallel(*rs)
-    give = [r for r in merge_parallel(*give) if r]
+    steps = ([Locals(pre)] if pre else []) + _merge_steps(*rs)
+    steps += [Round(r) for r in merge_parallel(*give) if r]
     post = [Local(g, "copy", TMP, boffs[g], counts[g], OUT, 0) for g in range(n) if counts[g]]
-    return P.sched(op, "kangaring", n, [total] * n, counts, [total] * n, pre, rs + give,
-                   post + P.divide(n, lambda g: (0, counts[g]), avg),
-                   slices=[2] * len(rs) + [1] * len(give))
+    post += P.divide(n, lambda g: (0, counts[g]), avg)
+    if post:
+        steps.append(Locals(post))
+    return Schedule(op, "kangaring", n, [total] * n, list(counts), tmp, steps)
 
 
 def all_gather(view, counts, op):

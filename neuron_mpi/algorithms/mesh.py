@@ -47,37 +47,89 @@ class _Chips:
         return lg[src_chip % len(lg)]
 
     def senders(self, k, n):
-        """{destination: sender on chip k} for every off-chip destination, the
-        destinations (in group order) dealt round-robin over the chip's ranks."""
+        """{destination: sender on chip k} for every off-chip destination: the other
+        chips dealt round-robin over chip k's ranks, so each rank serves whole
+        chips (about a quarter of the off-chip destinations on a 4-rank chip)."""
         lg = self.lgs[k]
-        off = [d for d in range(n) if self.chip_of[d] != k]
-        return {d: lg[i % len(lg)] for i, d in enumerate(off)}
+        others = [k2 for k2 in range(len(self.lgs)) if k2 != k]
+        server = {k2: lg[i % len(lg)] for i, k2 in enumerate(others)}
+        return {d: server[self.chip_of[d]] for d in range(n) if self.chip_of[d] != k}
+
+
+def coalesce(xfers):
+    """Merge transfers between the same pair, of the same kind, whose regions follow
+    each other on both sides (one message instead of several)."""
+    out = []
+    last = {}
+    for x in xfers:
+        key = (x.src, x.dst, x.src_buf, x.dst_buf, x.reduce)
+        i = last.get(key)
+        if i is not None:
+            y = out[i]
+            if y.src_off + y.count == x.src_off and y.dst_off + y.count == x.dst_off:
+                out[i] = Xfer(y.src, y.dst, y.src_buf, y.src_off, y.count + x.count,
+                              y.dst_buf, y.dst_off, y.reduce)
+                continue
+        last[key] = len(out)
+        out.append(x)
+    return out
 
 
 def reduce_scatter_steps(view, chips, blocks, result):
-    """Rounds and the final Locals of a mesh reduce-scatter of the buffer already
-    in each member's TMP[0:total]; member d's block is ``blocks[d]`` = (off, len)
-    and its result goes to ``result(d)`` = (buf, off). Slots for the partial sums
-    from other chips follow the buffer in TMP: returns (steps, tmp_extra)."""
+    """Steps of a mesh reduce-scatter of the buffer already in each member's
+    TMP[0:total]; member d's block is ``blocks[d]`` = (off, len) and its result goes
+    to ``result(d)`` = (buf, off). Returns (steps, extra TMP elements per member).
+
+    Every delivery lands in its own slot (no two transfers of a round write the same
+    region), and the reductions are local steps in a fixed order:
+      round 0: chip-mates hand each rank their chunk for every destination it
+               serves (and for itself), into slots after the buffer;
+      local:   each rank adds the slots into its copy of those chunks;
+      round 1: each server writes the chip's partial sum to the destination's slot
+               for that chip;
+      local:   each destination reduces the partial sums, chip by chip."""
     n = view.size
     K = len(chips.lgs)
     total = sum(ln for _, ln in blocks)
-    round_a, round_b = [], []
     serve = [chips.senders(k, n) for k in range(K)]
+    # what each member reduces on its chip: its own block and the ones it serves
+    duty = {g: [g] for g in range(n)}
+    for k in range(K):
+        for d, s in sorted(serve[k].items()):
+            duty[s].append(d)
+    # mate j's chunks for t sit together (in duty order), so chunks of neighbouring
+    # destinations travel as one message
+    pre_off, span, extra = {}, {}, [0] * n
+    for t in range(n):
+        m = len(chips.lgs[chips.chip_of[t]])
+        off = 0
+        for d in duty[t]:
+            pre_off[(t, d)] = off
+            off += blocks[d][1]
+        span[t] = off
+        extra[t] = (m - 1) * off
+    round_a, locals_a = [], []
     for k, lg in enumerate(chips.lgs):
-        for a in lg:
-            for d in range(n):
+        for t in lg:
+            mates = [a for a in lg if a != t]
+            for j, a in enumerate(mates):
+                for d in duty[t]:
+                    off, ln = blocks[d]
+                    if ln:
+                        slot = total + j * span[t] + pre_off[(t, d)]
+                        round_a.append(Xfer(a, t, TMP, off, ln, TMP, slot))
+            for d in duty[t]:
                 off, ln = blocks[d]
-                if not ln:
-                    continue
-                to = d if chips.chip_of[d] == k else serve[k][d]
-                if to != a:
-                    round_a.append(Xfer(a, to, TMP, off, ln, TMP, off, True))
+                for j in range(len(mates)) if ln else ():
+                    slot = total + j * span[t] + pre_off[(t, d)]
+                    locals_a.append(Local(t, "reduce", TMP, slot, ln, TMP, off))
+    part_base = [total + e for e in extra]
 
     def slot(d, k):
         j = k if k < chips.chip_of[d] else k - 1
-        return total + j * blocks[d][1]
+        return part_base[d] + j * blocks[d][1]
 
+    round_b = []
     for k in range(K):
         for d, s in serve[k].items():
             off, ln = blocks[d]
@@ -89,15 +141,17 @@ def reduce_scatter_steps(view, chips, blocks, result):
         if not ln:
             continue
         buf, roff = result(d)
-        first = True
         for k in range(K):
             src = off if k == chips.chip_of[d] else slot(d, k)
-            post.append(Local(d, "copy" if first else "reduce", TMP, src, ln, buf, roff))
-            first = False
-    steps = [Round(r) for r in (round_a, round_b) if r]
+            post.append(Local(d, "copy" if k == 0 else "reduce", TMP, src, ln, buf, roff))
+    steps = []
+    if round_a:
+        steps += [Round(coalesce(round_a)), Locals(locals_a)]
+    if round_b:
+        steps.append(Round(coalesce(round_b)))
     if post:
         steps.append(Locals(post))
-    extra = [(K - 1) * blocks[d][1] for d in range(n)]
+    extra = [extra[d] + (K - 1) * blocks[d][1] for d in range(n)]
     return steps, extra
 
 
@@ -128,7 +182,7 @@ def all_gather_steps(view, chips, blocks, src):
                 off, ln = blocks[a]
                 if ln:
                     round_b.extend(Xfer(r, b, OUT, off, ln, OUT, off) for b in lg2 if b != r)
-    return [Round(r) for r in (round_a, round_b) if r]
+    return [Round(coalesce(r)) for r in (round_a, round_b) if r]
 
 
 def all_reduce(view, count, avg):

@@ -1,8 +1,10 @@
 """``neuron-mpi-model``: an nccom-test-style table of modeled rows (no MPI).
 
-    neuron-mpi-model [--instance X] [--lnc L] [-r/--nworkers R] [-N/--nnodes N]
+    neuron-mpi-model [--instance X] [--lnc L] [-r/--nworkers R] [-N/--nnodes/--nodes N]
                      [-b MIN] [-e MAX] [-f F | -i STEP] [-d TYPE] [-o OP]
-                     [--algorithm A] [--plot F.png] [--report-to-json-file F]
+                     [--algorithm A] [--custom-replica-groups JSON]
+                     [--custom-src-target-pairs JSON] [--variable-size-op-metadata JSON]
+                     [--runtime GEN] [--plot F.png] [--report-to-json-file F]
                      [--params] OP
 """
 from __future__ import annotations

@@ -214,7 +214,7 @@ def test_strict_groups_refused_on_every_rank(comm):
     if n < 3:
         pytest.skip("no refused group of this size")
     groups = [[0, 1, 2]] + ([list(range(3, n))] if n > 3 else [])  # 3 ranks: never valid
-    with pytest.raises(nm.UnsupportedGroupError, match="Unsupported topology"):
+    with pytest.raises(nm.UnsupportedGroupError, match="CC not permitted on this group"):
         comm.split(groups)
 
 

@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder for collectives.json and the plots (default ./results)")
     p.add_argument("--instance")
     p.add_argument("--lnc")
-    p.add_argument("--nodes")
+    p.add_argument("-N", "--nnodes", "--nodes", dest="nodes")
     return p
 
 

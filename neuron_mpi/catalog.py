@@ -97,12 +97,17 @@ _TRN2_EFA = LinkSpec(EFA, 200 / 8, _EFA_LAT)
 _TRN1_EFA = LinkSpec(EFA, 800 / 8 / 16, _EFA_LAT)
 # [trn1] 1600 Gbps per trn1n.32xlarge over 16 chips -> 12.5 GB/s per chip (derived).
 _TRN1N_EFA = LinkSpec(EFA, 1600 / 8 / 16, _EFA_LAT)
-# [hbm] an intra-chip transfer is an HBM-to-HBM copy (read + write): half the HBM
-# bandwidth; 0.5 us per DMA descriptor is our assumption (no public figure).
+# An intra-chip transfer is one rank's DMA into another core's HBM region on the
+# same chip; each pair of cores moves its own stream (the model does not share a
+# chip-wide path between pairs). trn2: 37.52 GiB/s per pair, the published 8-rank
+# permute (nccom-test.rst a0b8b3e7, pairs 0<->1 and 2<->3 on one chip: 32 MiB in
+# 894.24 us). trn1 / inf2: 64 GiB/s, fitted to the published 2-rank (one chip)
+# all-reduce rows (nccom-test.rst 4f641e78: 1 GiB in 18930 us); see
+# neuron_mpi/model/params.py. 0.5 us per DMA descriptor is our assumption.
 _TRN2_HBM = 2900.0
 _TRN1_HBM = 820.0
-_TRN2_INTRA = LinkSpec(INTRA_CHIP, _TRN2_HBM / 2, 0.5)
-_TRN1_INTRA = LinkSpec(INTRA_CHIP, _TRN1_HBM / 2, 0.5)
+_TRN2_INTRA = LinkSpec(INTRA_CHIP, 37.52 * GIB, 0.5)
+_TRN1_INTRA = LinkSpec(INTRA_CHIP, 64.0 * GIB, 0.5)
 
 
 def _torus(link: LinkSpec, *sizes: int, names=("y", "x")) -> tuple[Dim, ...]:

@@ -36,6 +36,7 @@ from .errors import (CollectiveTimeoutError, CommunicatorFailedError,
 from .executor import Execution, Plan, make_buffers, pieces
 from .kernels import dtype_name
 from .recorder import FlightRecorder
+from .schedule import CallRecord
 from .topology import topology as make_topology
 
 DEFAULT_TIMEOUT = env.DEFAULT_TIMEOUT
@@ -116,6 +117,9 @@ class Communicator:
         self._p2p_recv: dict[int, int] = {}
         self._plans: dict = {}
         self._control = Control(self)
+        #: the last collective this rank ran: schedule.CallRecord(op, algorithm,
+        #: schedule, itemsize), for the time model (neuron_mpi.model.price_record)
+        self.last_call = None
 
     @property
     def ranks(self) -> tuple[int, ...]:
@@ -135,6 +139,7 @@ class Communicator:
             sched = schedule_for(self._view, op, algorithm, sizes, avg, extra)
             plan = Plan(sched, self._view, self.rank, dtype.itemsize, self._engine.piece_bytes,
                         None if traced else self._engine, dtype_name(dtype))
+            plan.record = CallRecord(op, algorithm, sched, dtype.itemsize)
             if len(self._plans) > 64:
                 self._plans.clear()
             self._plans[key] = plan
@@ -225,6 +230,7 @@ class Communicator:
         eng = self._engine
         tr = _tracing.ACTIVE
         plan = self._plan(op, algo, sizes, x.dtype, avg, extra, tr is not None)
+        self.last_call = plan.record
         call = None if tr is None else tr.call_begin(
             self._id, seq, op, algo, nbytes, str(x.dtype), self.size, len(plan.steps))
         agreement = None

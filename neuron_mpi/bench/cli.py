@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
         f"{cat.DEFAULT_INSTANCE}.")
     t.add_argument("--instance", metavar="NAME", help="one of: " + ", ".join(cat.CATALOG))
     t.add_argument("--lnc", type=int, metavar="L", help="logical NeuronCore size (1 or 2)")
-    t.add_argument("--nodes", type=int, metavar="N", help="instances joined by EFA")
+    t.add_argument("-N", "--nnodes", "--nodes", type=int, metavar="N", dest="nodes",
+                   help="instances joined by EFA (nccom-test's -N)")
     return p
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..model import predict_workload
+from ..model import predict_workload, price_record
 from . import collectives as C
 from . import data, report
 from .sizes import human
@@ -222,10 +222,23 @@ class Bench:
             row["ratio"] = row["time_us"] / mt if mt > 0 else None
         row["model_time_us"] = row["model_busbw"] = None
         if self.rank == 0:
-            p = predict_workload(self.view, wl, o.algorithm, self.dtype_name, redop)
+            p = self._model(coll, wl, redop, case)
             row["model_time_us"] = p.time_us
             row["model_busbw"] = p.busbw
         return row
+
+    def _model(self, coll, wl, redop, case):
+        """The model's price of what this row ran: the schedule the communicator
+        recorded for its last call (``Communicator.last_call``). All-to-all-v is the
+        exception: a member's schedule holds only its own row and column of the
+        count matrix, so the recorded algorithm is priced on the whole matrix.
+        sendrecv runs point-to-point sends, priced as such (predict_workload)."""
+        rec = getattr(self.comm, "last_call", None) if case is not None else None
+        if rec is None or coll.name == "sendrecv" or rec.op == "all_to_all_v":
+            algo = rec.algorithm if rec is not None and coll.name != "sendrecv" else \
+                self.opts.algorithm
+            return predict_workload(self.view, wl, algo, self.dtype_name, redop)
+        return price_record(rec, self.view, wl, self.dtype_name)
 
     # --- a sweep ------------------------------------------------------------------------
     def sweep(self, coll: C.Collective, header: bool = True) -> list[dict]:

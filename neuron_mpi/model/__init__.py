@@ -10,8 +10,10 @@ same routing as ``router.lower``) with the catalog's link figures. Pure: no MPI.
 See docs/model.md for the rules, parameters, sources and closed-form checks.
 """
 from .cost import Cost, price
-from .predict import Prediction, group_view, parameters, predict, predict_workload
+from .predict import (Prediction, group_view, parameters, predict, predict_groups,
+                      predict_workload, price_record)
+from ..schedule import CallRecord
 from .workload import OPS, Workload, bus_factor, canonical_op
 
-__all__ = ["Cost", "price", "Prediction", "group_view", "parameters", "predict",
-           "predict_workload", "OPS", "Workload", "bus_factor", "canonical_op"]
+__all__ = ["CallRecord", "Cost", "price", "price_record", "Prediction", "group_view",
+           "parameters", "predict", "predict_groups", "predict_workload", "OPS", "Workload", "bus_factor", "canonical_op"]

@@ -1,8 +1,10 @@
 """``neuron-mpi-model``: an nccom-test-style table of modeled rows (no MPI).
 
-    neuron-mpi-model [--instance X] [--lnc L] [-r/--nworkers R] [-N/--nnodes N]
+    neuron-mpi-model [--instance X] [--lnc L] [-r/--nworkers R] [-N/--nnodes/--nodes N]
                      [-b MIN] [-e MAX] [-f F | -i STEP] [-d TYPE] [-o OP]
-                     [--algorithm A] [--plot F.png] [--report-to-json-file F]
+                     [--algorithm A] [--custom-replica-groups JSON]
+                     [--custom-src-target-pairs JSON] [--variable-size-op-metadata JSON]
+                     [--runtime GEN] [--plot F.png] [--report-to-json-file F]
                      [--params] OP
 """
 from __future__ import annotations
@@ -33,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-r", "--nworkers", type=int, metavar="R", dest="ranks",
                    help="ranks (default: every core of every node); fewer than a node: "
                         "the first R cores")
-    p.add_argument("-N", "--nnodes", type=int, metavar="N", dest="nodes",
+    p.add_argument("-N", "--nnodes", "--nodes", type=int, metavar="N", dest="nodes",
                    help="instances joined by EFA (default 1)")
     p.add_argument("-b", "--minbytes", type=size_arg, default=8, metavar="SIZE",
                    help="smallest size (default 8)")
@@ -50,6 +52,23 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=("sum", "prod", "max", "min", "avg"),
                    help="reduction (default sum); avg adds the division")
     add_algorithm_argument(p)
+    p.add_argument("--custom-replica-groups", metavar="JSON", dest="groups",
+                   help="replica groups that run at the same time, priced together: a "
+                        "JSON file or text, nccom-test's {\"replica_groups\": [[[0, 1], "
+                        "[2, 3]]]} or a plain [[0, 1], [2, 3]] (world ranks)")
+    p.add_argument("--custom-src-target-pairs", metavar="JSON", dest="pairs",
+                   help="permute / sendrecv pairs (group indices): a JSON file or text, "
+                        "nccom-test's {\"src_target_pairs\": [[[0, 1], [1, 0]]]} or "
+                        "[[0, 1], [1, 0]]")
+    p.add_argument("--variable-size-op-metadata", "--send-counts", metavar="JSON",
+                   dest="counts",
+                   help="alltoallv / all_gather_v / reduce_scatter_v counts: a JSON file "
+                        "or text, nccom-test's {\"metadata\": [{\"send_counts\": "
+                        "[...]}, ...]} (one entry for every rank, or one per rank) or a "
+                        "plain list; the counts set the size (-b/-e are ignored)")
+    p.add_argument("--runtime", metavar="GEN",
+                   help="runtime generation whose fixed costs apply: 2023, 2025 or 2026 "
+                        "(default 2026; docs/model.md)")
     p.add_argument("--plot", metavar="FILE.png", help="draw busbw against size")
     p.add_argument("--report-to-json-file", metavar="FILE", dest="json",
                    help="write the rows and the parameters as JSON")
@@ -60,6 +79,58 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--params", action="store_true",
                    help="print the link figures the model uses, with their sources")
     return p
+
+
+def _json_arg(text, flag):
+    import json
+    import os
+
+    try:
+        if os.path.exists(text):
+            with open(text) as f:
+                return json.load(f)
+        return json.loads(text)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{flag}: not a JSON file or JSON text ({e})") from None
+
+
+def _unwrap(data, key, flag):
+    """nccom-test's files wrap the list: {key: [list]}; a plain list is taken as is."""
+    if isinstance(data, dict):
+        if key not in data:
+            raise UsageError(f"{flag}: expected a {key!r} entry")
+        data = data[key]
+        if isinstance(data, list) and len(data) == 1 and isinstance(data[0], list) \
+                and data[0] and isinstance(data[0][0], list):
+            data = data[0]
+    if not isinstance(data, list):
+        raise UsageError(f"{flag}: expected a list, got {type(data).__name__}")
+    return data
+
+
+def extras(args) -> dict:
+    """predict's groups / pairs / send_counts from the command line."""
+    kw = {}
+    if args.groups:
+        kw["groups"] = _unwrap(_json_arg(args.groups, "--custom-replica-groups"),
+                               "replica_groups", "--custom-replica-groups")
+    if args.pairs:
+        kw["pairs"] = _unwrap(_json_arg(args.pairs, "--custom-src-target-pairs"),
+                              "src_target_pairs", "--custom-src-target-pairs")
+    if args.counts:
+        data = _json_arg(args.counts, "--variable-size-op-metadata")
+        if isinstance(data, dict):
+            meta = _unwrap(data, "metadata", "--variable-size-op-metadata")
+            try:
+                rows = [m["send_counts"] for m in meta]
+            except (TypeError, KeyError):
+                raise UsageError("--variable-size-op-metadata: every metadata entry needs "
+                                 "send_counts") from None
+            data = rows[0] if len(rows) == 1 else rows
+        kw["send_counts"] = data
+    if args.runtime:
+        kw["runtime"] = args.runtime
+    return kw
 
 
 def rows_for(args) -> list[dict]:
@@ -73,14 +144,28 @@ def rows_for(args) -> list[dict]:
     except ValueError as e:
         raise UsageError(f"-d/--datatype: {e}") from None
     sizes = sweep(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
-    view = group_view(args.instance, args.lnc, args.nodes, args.ranks)
+    kw = extras(args)
+    if "send_counts" in kw:
+        sizes = sizes[:1]  # the counts set the size
+    if "groups" in kw:
+        from ..topology import resolve
+
+        if args.ranks is not None:
+            raise UsageError("--custom-replica-groups: give the groups or -r, not both")
+        inst, lnc, nodes = resolve(args.instance, args.lnc, args.nodes)
+        view = group_view(inst, lnc, nodes)
+        where = dict(instance=inst, lnc=lnc, nodes=nodes)
+    else:
+        view = group_view(args.instance, args.lnc, args.nodes, args.ranks)
+        where = dict(view=view)
     rows = []
     for s in sizes:
         p = predict(op, s, algorithm=args.algorithm, dtype=name, op_reduce=args.redop,
-                    view=view)
+                    **where, **kw)
         rows.append({"op": op, "redop": args.redop, "size": p.size, "count": p.count,
                      "type": name, "time_us": p.time_us, "algbw": p.algbw,
                      "busbw": p.busbw, "algorithm": p.algorithm, "ranks": p.ranks,
+                     "groups": len(kw.get("groups", ())) or 1,
                      "breakdown": p.cost.as_dict()})
     return rows, view
 
@@ -89,7 +174,7 @@ def write_trace(args, view, rows) -> None:
     """The modeled timeline of every row (model/timeline.py)."""
     from .. import timeline as tl
     from ..kernels import canonical_dtype
-    from .predict import schedule_of
+    from .predict import _runtime_costs, schedule_of
     from .timeline import build
     from .workload import workload
 
@@ -99,9 +184,11 @@ def write_trace(args, view, rows) -> None:
         ring = view.rings[0] if r["op"] == "permute" else None
         wl = workload(r["op"], r["size"], view.size, itemsize, ring)
         algo, sched = schedule_of(view, wl, args.algorithm, args.redop)
+        floor_us, step_us = _runtime_costs(view, r["op"], getattr(args, "runtime", None))
         calls.append((r["op"], sched, itemsize, {"algorithm": algo, "bytes": r["size"],
                                                  "dtype": r["type"],
-                                                 "time_us": r["time_us"]}))
+                                                 "time_us": r["time_us"],
+                                                 "floor_us": floor_us, "step_us": step_us}))
     doc = build(view, calls)
     problems = tl.check(doc)
     if problems:  # a bug of ours, not of the command line
@@ -133,8 +220,11 @@ def main(argv=None) -> int:
         topo = view.topo
         show_redop = reduces(op)
         out = sys.stdout
+        ng = rows[0]["groups"] if rows else 1
+        who = (f"{ng} concurrent groups of {rows[0]['ranks']} ranks" if ng > 1
+               else f"{rows[0]['ranks'] if rows else view.size} ranks")
         out.write(f"# neuron-mpi-model {op}: modeled on {topo.instance} LNC={topo.lnc} "
-                  f"x {topo.nodes} node(s), {view.size} ranks; a prediction for the real "
+                  f"x {topo.nodes} node(s), {who}; a prediction for the real "
                   "hardware (docs/model.md)\n")
         cols = report.model_columns(show_redop)
         out.write(report.header_line(cols) + "\n")
@@ -145,9 +235,13 @@ def main(argv=None) -> int:
         if args.params:
             from .predict import parameters
 
+            from .params import all_params
+
             for p in parameters(topo.instance):
                 out.write(f"# {p['link']:>12}: {p['bandwidth_GBps']:9.2f} GB/s "
                           f"{p['latency_us']:5.2f} us  {p['source']}\n")
+            for q in all_params():
+                out.write(f"# {q.name}: {q.value:g} {q.unit}  {q.source}\n")
         out.flush()
         if args.json:
             from .predict import parameters

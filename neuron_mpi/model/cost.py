@@ -15,6 +15,15 @@ The rules, step by step:
   reduce = 3 x bytes, divide = 2 x bytes, zero = 1 x bytes of HBM traffic, summed
   over the ranks of each chip; the step lasts as long as the busiest chip.
 * Steps run one after the other; the total is their sum.
+* Intra-chip hops (two ranks on one chip) do not share: each pair of cores is its
+  own DMA stream at the catalog's per-pair figure.
+* Sliced rounds (``Round.slices`` = k > 1: the ring and KangaRing send each chunk
+  in two slices) overlap the reduction with the transfer: a transfer of time t
+  whose delivery reduces for time u takes (t + u) / k + (k - 1) / k x max(t, u)
+  instead of t + u (k = 2: (t + u + max(t, u)) / 2).
+* Leading copies (a ``Locals`` step before the first round that only copies the
+  input into place) are free: the hardware's first step reads the input where it
+  lies.
 """
 from __future__ import annotations
 
@@ -39,12 +48,16 @@ class Cost:
     transfer_us: float = 0.0  # sum over rounds of the slowest transfer's hops
     reduce_us: float = 0.0  # sum over rounds of the reduction on that transfer
     local_us: float = 0.0  # sum over Locals steps
+    floor_us: float = 0.0  # the runtime's fixed cost of the call (params.FLOORS)
+    steps_us: float = 0.0  # the runtime's per-step cost, summed (params.STEP_US)
     bytes_by_kind: dict = field(default_factory=dict)  # link kind -> bytes (all hops)
 
     def as_dict(self) -> dict:
         return {"time_us": self.time_us, "rounds": self.rounds, "hops": self.hops,
                 "transfer_us": self.transfer_us, "reduce_us": self.reduce_us,
-                "local_us": self.local_us, "bytes_by_kind": dict(self.bytes_by_kind)}
+                "local_us": self.local_us, "floor_us": self.floor_us,
+                "steps_us": self.steps_us,
+                "bytes_by_kind": dict(self.bytes_by_kind)}
 
 
 def _locals_per_chip(step: Locals, member_chip: np.ndarray, itemsize: int, hbm: float,
@@ -58,28 +71,44 @@ def _locals_per_chip(step: Locals, member_chip: np.ndarray, itemsize: int, hbm: 
     return np.bincount(chips, weights=work, minlength=n_chips) / (hbm * 1e3)
 
 
-def priced_steps(schedule, view, itemsize: int):
+def _leading_copies(step, seen_round: bool) -> bool:
+    return (not seen_round and isinstance(step, Locals)
+            and all(lo.kind == "copy" and lo.src_buf == "in" for lo in step.ops))
+
+
+def priced_steps(schedule, view, itemsize: int, sliced: bool | None = None,
+                 step_us: float = 0.0):
     """Each step of ``schedule`` with its modeled times, in order:
     ``("locals", step, per_chip_us, time_us)`` or ``("round", hops, hop_t, chain,
     red_t, time_us)`` (``hops`` a lowering.RoundHops; ``hop_t`` per hop, ``chain`` and
-    ``red_t`` per transfer, all in microseconds). ``price`` sums them; the modeled
-    timeline (model/timeline.py) lays them out."""
+    ``red_t`` per transfer, all in microseconds; ``time_us`` includes ``step_us`` for
+    a round that moves anything). Leading copies come as a locals step of time 0.
+    ``price`` sums them; the modeled timeline (model/timeline.py) lays them out."""
     lw = lowerer(view)
     steps = lw.lower(schedule, itemsize)
     l_src, l_dst, l_bw, l_lat, l_efa = lw.links.arrays()
+    l_intra = l_src == l_dst
     hbm = view.topo.spec.hbm_GBps
     nc = lw.n_chips
+    seen_round = False
     for st in steps:
+        if _leading_copies(st, seen_round):
+            yield ("locals", st, np.zeros(nc), 0.0)
+            continue
         if isinstance(st, Locals):
             per_chip = _locals_per_chip(st, lw.chip, itemsize, hbm, nc)
             yield ("locals", st, per_chip, float(per_chip.max()) if len(per_chip) else 0.0)
             continue
+        seen_round = True
         if st.n_xfers == 0:
             e = np.zeros(0)
-            yield ("round", st, e, e, e, 0.0)
+            yield ("round", st, e, e, e, 0.0, e)
             continue
         load = np.bincount(st.link, weights=st.nbytes, minlength=len(l_bw))
         hop_load = load[st.link]
+        intra = l_intra[st.link]
+        if intra.any():
+            hop_load[intra] = st.nbytes[intra]
         efa = l_efa[st.link]
         if efa.any():
             src_c, dst_c = l_src[st.link[efa]], l_dst[st.link[efa]]
@@ -94,29 +123,40 @@ def priced_steps(schedule, view, itemsize: int):
                                weights=REDUCE_DELIVERY_TRAFFIC * st.xfer_bytes[st.reduce],
                                minlength=nc)
             red_t[st.reduce] = work[st.dst_chip[st.reduce]] / (hbm * 1e3)
-        yield ("round", st, hop_t, chain, red_t, float((chain + red_t).max()))
+        k = st.slices if sliced is None else (2 if sliced else 1)
+        if k > 1:
+            total = (chain + red_t) / k + (k - 1) / k * np.maximum(chain, red_t)
+        else:
+            total = chain + red_t
+        yield ("round", st, hop_t, chain, red_t, float(total.max()) + step_us, total)
 
 
-def price(schedule, view, itemsize: int) -> Cost:
-    """The modeled time of ``schedule`` on ``view``'s topology, in microseconds."""
-    items = list(priced_steps(schedule, view, itemsize))  # lowers (meets the links) first
+def price(schedule, view, itemsize: int, sliced: bool | None = None,
+          floor_us: float = 0.0, step_us: float = 0.0) -> Cost:
+    """The modeled time of ``schedule`` on ``view``'s topology, in microseconds,
+    plus ``floor_us`` (the runtime's per-call cost) and ``step_us`` for every round
+    that moves anything (the runtime's per-step handshake). ``sliced``: overlap reductions
+    with transfers as if every round had 2 slices (True) or 1 (False); default: each
+    round's own ``slices``."""
+    items = list(priced_steps(schedule, view, itemsize, sliced, step_us))  # lowers first
     lw = lowerer(view)
     kinds = np.asarray(lw.links.kind, object)
-    cost = Cost(0.0)
+    cost = Cost(floor_us, floor_us=floor_us)
     by_kind = np.zeros(len(kinds))
     for item in items:
         if item[0] == "locals":
-            t = item[3]
-            cost.local_us += t
-            cost.time_us += t
+            cost.local_us += item[3]
+            cost.time_us += item[3]
             continue
-        _, st, hop_t, chain, red_t, _t = item
+        st = item[1]
         cost.rounds += 1
         if st.n_xfers == 0:
             continue
+        _, st, hop_t, chain, red_t, _t, total = item
+        cost.steps_us += step_us
+        cost.time_us += step_us
         cost.hops += len(st.link)
         by_kind += np.bincount(st.link, weights=st.nbytes, minlength=len(by_kind))
-        total = chain + red_t
         k = int(np.argmax(total))
         cost.transfer_us += float(chain[k])
         cost.reduce_us += float(red_t[k])

@@ -22,6 +22,10 @@ from ..catalog import EFA
 from ..schedule import Locals, Round
 
 
+_XREC = np.dtype([("src", np.int64), ("dst", np.int64), ("count", np.int64),
+                  ("reduce", bool)])
+
+
 @dataclass
 class Links:
     """Directed links met so far on a topology: index -> endpoints and figures."""
@@ -51,6 +55,7 @@ class RoundHops:
     dst_chip: np.ndarray  # per transfer: global chip of the destination member
     xfer_bytes: np.ndarray  # per transfer
     reduce: np.ndarray  # per transfer: delivered with a reduction
+    slices: int = 1  # the round's Round.slices (reduction overlaps the transfer)
 
 
 class Lowerer:
@@ -69,6 +74,12 @@ class Lowerer:
         self.links = Links([], [], [], [], [])
         self._link_index: dict[tuple[int, int], int] = {}
         self._paths: dict[int, np.ndarray] = {}
+        # every (source chip, destination chip) path met so far, as a table:
+        # _plen[key] (-1: not computed yet), _poff[key] into _flat
+        nn = self.n_chips * self.n_chips
+        self._plen = np.full(nn, -1, np.int64)
+        self._poff = np.zeros(nn, np.int64)
+        self._flat = np.zeros(0, np.int64)
 
     def _link(self, ga: int, gb: int) -> int:
         idx = self._link_index.get((ga, gb))
@@ -94,29 +105,34 @@ class Lowerer:
             self._paths[key] = p
         return p
 
+    def _add_paths(self, keys) -> None:
+        paths = [self.path(int(k) // self.n_chips, int(k) % self.n_chips) for k in keys]
+        lens = np.fromiter((len(p) for p in paths), np.int64, len(paths))
+        self._poff[keys] = len(self._flat) + np.cumsum(lens) - lens
+        self._plen[keys] = lens
+        self._flat = np.concatenate([self._flat] + paths)
+
     def lower_round(self, xfers, itemsize: int) -> RoundHops:
         t = len(xfers)
         if t == 0:
             e = np.zeros(0, np.int64)
             return RoundHops(0, e, e, e, np.zeros(0), e, np.zeros(0), np.zeros(0, bool))
-        src = np.fromiter((x.src for x in xfers), np.int64, t)
-        dst = np.fromiter((x.dst for x in xfers), np.int64, t)
-        cnt = np.fromiter((x.count for x in xfers), np.int64, t)
-        red = np.fromiter((x.reduce for x in xfers), bool, t)
+        # one pass over the transfers (src, dst, count, reduce)
+        rec = np.fromiter(((x.src, x.dst, x.count, x.reduce) for x in xfers), _XREC, t)
+        src, dst, cnt, red = rec["src"], rec["dst"], rec["count"], rec["reduce"]
         gs, gd = self.chip[src], self.chip[dst]
         key = gs * self.n_chips + gd
-        uniq, inv = np.unique(key, return_inverse=True)
-        paths = [self.path(int(k) // self.n_chips, int(k) % self.n_chips) for k in uniq]
-        plen_u = np.fromiter((len(p) for p in paths), np.int64, len(paths))
-        flat = np.concatenate(paths) if paths else np.zeros(0, np.int64)
-        uoff = np.cumsum(plen_u) - plen_u
-        plen = plen_u[inv]
+        plen = self._plen[key]
+        if (plen < 0).any():
+            self._add_paths(np.unique(key[plen < 0]))
+            plen = self._plen[key]
+        plen = plen.copy()
         plen[self.world[src] == self.world[dst]] = 0  # a rank to itself: no hop
         h = int(plen.sum())
         hop_x = np.repeat(np.arange(t), plen)
         starts = np.cumsum(plen) - plen
         step = np.arange(h) - starts[hop_x]
-        link = flat[uoff[inv][hop_x] + step]
+        link = self._flat[self._poff[key][hop_x] + step]
         xbytes = (cnt * itemsize).astype(np.float64)
         return RoundHops(t, hop_x, step, link, xbytes[hop_x], gd, xbytes, red)
 
@@ -125,7 +141,9 @@ class Lowerer:
         out = []
         for st in schedule.steps:
             if isinstance(st, Round):
-                out.append(self.lower_round(st.xfers, itemsize))
+                rh = self.lower_round(st.xfers, itemsize)
+                rh.slices = getattr(st, "slices", 1)
+                out.append(rh)
             elif isinstance(st, Locals):
                 out.append(st)
         return out

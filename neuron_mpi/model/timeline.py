@@ -37,7 +37,9 @@ def _dur(t: float, d: float) -> float:
 
 def build(view, calls) -> dict:
     """``calls``: [(label, schedule, itemsize, args)] run one after the other on
-    ``view`` (a GroupView). Returns the trace-event document."""
+    ``view`` (a GroupView); ``args`` may give the runtime's ``floor_us`` (a gap at the
+    start of the call) and ``step_us`` (added to every round). Returns the trace-event
+    document."""
     topo = view.topo
     lw = lowerer(view)
     ranks = list(view.ranks)
@@ -67,8 +69,10 @@ def build(view, calls) -> dict:
         start = t
         own_steps = [0] * len(ranks)
         step_events: list[dict] = []
-        for item, step in zip(priced_steps(sched, view, itemsize), sched.steps):
-            dur = item[-1]
+        t += args.get("floor_us", 0.0)  # the runtime's fixed cost of the call: a gap
+        for item, step in zip(priced_steps(sched, view, itemsize, None,
+                                           args.get("step_us", 0.0)), sched.steps):
+            dur = item[3] if item[0] == "locals" else item[5]
             if item[0] == "locals":
                 per_chip = item[2]
                 members = sorted({lo.rank for lo in step.ops})
@@ -81,7 +85,7 @@ def build(view, calls) -> dict:
                     step_events.append(_chip_slice(topo, g, "locals", t, per_chip[g]))
                 t += dur
                 continue
-            _, st, hop_t, chain, red_t, _ = item
+            _, st, hop_t, chain, red_t, _, _ = item
             xfers = step.xfers
             end_of = np.zeros(len(ranks))
             for i, x in enumerate(xfers):

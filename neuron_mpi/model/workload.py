@@ -158,3 +158,53 @@ def workload(op: str, nbytes: int, r: int, itemsize: int, ring=None) -> Workload
         return Workload(op, sched_op, r, itemsize, q * sum(w) * itemsize, matrix,
                         matrix=matrix)
     raise AssertionError(op)
+
+
+def workload_pairs(op: str, nbytes: int, r: int, itemsize: int, pairs) -> Workload:
+    """permute / sendrecv with explicit (src, dst) pairs of group indices."""
+    op = canonical_op(op)
+    elems = max(1, int(nbytes) // itemsize)
+    return Workload(op, schedule_op(op), r, itemsize, elems * itemsize, elems,
+                    extra=tuple(tuple(p) for p in pairs), count=elems)
+
+
+def _counts(name, values, n):
+    try:
+        out = [int(v) for v in values]
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a list of element counts, got {values!r}") from None
+    if len(out) != n:
+        raise ValueError(f"{name}: expected {n} counts, got {len(out)}")
+    if any(v < 0 for v in out):
+        raise ValueError(f"{name}: counts must be >= 0, got {out}")
+    return tuple(out)
+
+
+def workload_counts(op: str, r: int, itemsize: int, send_counts) -> Workload:
+    """The v forms with the caller's counts (nccom-test's --variable-size-op-metadata).
+
+    alltoallv: ``send_counts`` is one list of r counts that every rank uses (rank i
+    sends send_counts[j] elements to j, as one metadata entry does in nccom-test) or
+    r lists, one per rank. all_gather_v / reduce_scatter_v: one count for every
+    member, or r counts."""
+    op = canonical_op(op)
+    sc = list(send_counts) if not isinstance(send_counts, int) else [send_counts]
+    if op == "alltoallv":
+        if sc and all(isinstance(x, (list, tuple)) for x in sc):
+            if len(sc) != r:
+                raise ValueError(f"send_counts: expected {r} lists (one per rank), got "
+                                 f"{len(sc)}")
+            matrix = tuple(_counts(f"send_counts[{i}]", row, r) for i, row in enumerate(sc))
+        else:
+            row = _counts("send_counts", sc, r)
+            matrix = tuple(row for _ in range(r))
+        return Workload(op, "all_to_all_v", r, itemsize, sum(matrix[0]) * itemsize, matrix,
+                        matrix=matrix)
+    if op in ("all_gather_v", "reduce_scatter_v"):
+        counts = _counts("send_counts", sc * r if len(sc) == 1 else sc, r)
+        if not sum(counts):
+            raise ValueError("send_counts: at least one count must be > 0")
+        return Workload(op, schedule_op(op), r, itemsize, sum(counts) * itemsize, counts,
+                        counts=counts)
+    raise ValueError(f"send_counts: only for alltoallv, all_gather_v, reduce_scatter_v, "
+                     f"not {op}")

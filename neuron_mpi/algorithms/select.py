@@ -23,7 +23,7 @@ import functools
 import os
 
 from ..errors import AlgorithmError
-from . import build
+from . import build, rooted
 
 ALGORITHMS = ("ring", "mesh", "chip", "rdh", "hierarchical", "direct")
 MESH_BELOW = 1 << 20  # bytes: Trn2 runtime selection
@@ -41,6 +41,7 @@ _APPLIES = {
     "broadcast": ("ring", "direct"),
     "barrier": ("direct",),
 }
+_APPLIES.update(rooted.APPLIES)  # reduce, gather, scatter, scan, exscan
 OPS = tuple(_APPLIES)
 
 
@@ -110,4 +111,6 @@ def schedule_for(view, op: str, algorithm: str, sizes, avg: bool = False, extra=
         return build.broadcast(view, sizes, extra, algorithm)
     if op == "barrier":
         return build.barrier(view, algorithm)
+    if op in rooted.OPS:
+        return rooted.build(view, op, sizes, avg, extra)
     raise AssertionError(op)

@@ -46,7 +46,7 @@ def _env_from_mpi() -> None:
         return
     import socket
 
-    from mpi4py import MPI
+    from ..comm import MPI  # the real mpi4py.MPI, also under python -m neuron_mpi.mpi
     world = MPI.COMM_WORLD
     addr = port = None
     names = world.allgather(MPI.Get_processor_name())
@@ -108,9 +108,27 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def getBackendName(self):
         return BACKEND
 
+    # torch names every group (FSDP2 and the functional collectives look groups up
+    # by name); a Python ProcessGroup has no C++ backend to keep the name, so it is
+    # kept here
+    def _set_group_name(self, name):
+        self._group_name = name
+
     @property
-    def pg_name(self):
-        return self.group_name
+    def group_name(self):
+        name = getattr(self, "_group_name", None)
+        if name is None:
+            raise RuntimeError("ProcessGroup name not set")
+        return name
+
+    pg_name = group_name
+
+    def _set_group_desc(self, desc):
+        self._group_desc = desc
+
+    @property
+    def group_desc(self):
+        return getattr(self, "_group_desc", "")
 
     def __repr__(self):
         return f"<NeuronProcessGroup rank {self.rank()} of {self.size()} over {self.comm!r}>"
@@ -176,8 +194,12 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return _done(output_tensors)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
-        for outs, x in zip(output_lists, input_list):
-            self.allgather([outs], [x], opts)
+        """output_lists[r][i]: rank r's input_list[i]."""
+        self._check("all_gather", len(output_lists) == self.size(),
+                    f"output_tensor_lists: expected {self.size()} lists (one per rank), got "
+                    f"{len(output_lists)}")
+        for i, x in enumerate(input_list):
+            self.allgather([[outs[i] for outs in output_lists]], [x], opts)
         return _done(output_lists)
 
     def _allgather_base(self, output, input, opts=None):

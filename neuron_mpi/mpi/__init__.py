@@ -4,7 +4,8 @@
 prog.py [args]`` (as ``python -m mpi4py prog.py``) for an unmodified mpi4py program,
 whose ``from mpi4py import MPI`` then gives this module. ``COMM_WORLD`` and
 ``COMM_SELF`` are emulated communicators (``neuron_mpi.init()``; NEURON_MPI_INSTANCE
-etc. choose the topology); constants, datatypes, ops and everything else come from
+etc. choose the topology, NEURON_MPI_STRICT=0 accepts groups the instance would refuse,
+e.g. 5 ranks); constants, datatypes, ops and everything else come from
 the real mpi4py.
 
 The buffer API (upper-case methods) maps to Communicator calls: docs/api.md,
@@ -25,16 +26,17 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI as _MPI
 
-from .comm import Comm, Intracomm, Request, Status  # noqa: F401
+from .comm import Comm, Intracomm, Request  # noqa: F401
 
-_EMULATED = ("COMM_WORLD", "COMM_SELF", "Comm", "Intracomm", "Request", "Status")
+_EMULATED = ("COMM_WORLD", "COMM_SELF", "Comm", "Intracomm", "Request")
 _STATE: dict = {}
 
 
 def _world() -> Comm:
     if "world" not in _STATE:
         from .. import comm as C
-        w = C.init()
+        from .. import env
+        w = C.init(strict=env.strict_groups())
         _STATE["world"] = Comm(w)
         _STATE["self"] = Comm(w.group([w.rank]))
     return _STATE["world"]
@@ -47,7 +49,10 @@ def install() -> None:
 
     import mpi4py
 
-    from .. import comm as _comm  # noqa: F401  (binds the real MPI in neuron_mpi)
+    # every neuron_mpi module that uses MPI binds the real one now
+    from .. import comm as _comm  # noqa: F401
+    from .. import engine as _engine  # noqa: F401
+    from ..transport import mpi as _transport_mpi  # noqa: F401
     sys.modules["mpi4py.MPI"] = sys.modules[__name__]
     mpi4py.MPI = sys.modules[__name__]
 

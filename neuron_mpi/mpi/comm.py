@@ -232,21 +232,6 @@ class Request:
         return None
 
 
-class Status:
-    def __init__(self):
-        self.source = self.tag = self.error = 0
-        self.count = 0
-
-    def Get_source(self):
-        return self.source
-
-    def Get_tag(self):
-        return self.tag
-
-    def Get_count(self, datatype=None):
-        return self.count
-
-
 def _done() -> Request:
     return Request()
 
@@ -570,8 +555,10 @@ class Comm:
                 "source: MPI.ANY_SOURCE is not emulated (receive from a named rank)")
         out = _Msg(buf, "buf").elems()
         self._c.recv(_bytes(out), source)
-        if status is not None:
-            status.source, status.tag, status.count = source, tag, out.size
+        if status is not None:  # an mpi4py MPI.Status
+            status.Set_source(source)
+            status.Set_tag(0 if tag == _MPI.ANY_TAG else tag)
+            status.Set_elements(_MPI.BYTE, out.nbytes)
 
     def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=0,
                  recvtag=_MPI.ANY_TAG, status=None) -> None:

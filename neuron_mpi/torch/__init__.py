@@ -9,7 +9,8 @@ Each process group is a ``NeuronProcessGroup`` (a Python ``dist.ProcessGroup``)
 over a ``neuron_mpi`` Communicator: the default group over the world communicator
 (``neuron_mpi.init()``, so NEURON_MPI_INSTANCE etc. choose the topology), every
 other group over ``Communicator.group(ranks)``, which torch calls on the member
-ranks only; the instance's group rules apply (strict, as ``init``). Tensors travel
+ranks only; the instance's group rules apply (strict, as ``init``;
+NEURON_MPI_STRICT=0 lifts them). Tensors travel
 as numpy views of their memory (bfloat16 and float8 as ml_dtypes arrays), reduced
 exactly as the Communicator reduces. Every call runs to completion before it returns
 its ``Work`` (a completed future), so ``async_op=True`` works, with ``wait()`` and
@@ -70,7 +71,8 @@ def world_communicator():
     """The world Communicator of this process (made on first use)."""
     if not _WORLD:
         import neuron_mpi as nm
-        _WORLD.append(nm.init())
+        from .. import env
+        _WORLD.append(nm.init(strict=env.strict_groups()))
     return _WORLD[0]
 
 

@@ -81,15 +81,23 @@ def main(argv=None) -> int:
                     help="train again over a gloo group and compare the parameters")
     args = ap.parse_args(argv)
     dist.init_process_group("neuron")
+    ok = run(args.steps, args.compare)
+    dist.destroy_process_group()
+    return 0 if ok else 1
+
+
+def run(steps: int = 4, compare: str | None = None) -> bool:
+    """Train (and compare) on the initialized default group; True when every check
+    held on every rank. Rank 0 prints one line."""
     rank, size = dist.get_rank(), dist.get_world_size()
     ok = True
-    params, losses = train(args.steps)
+    params, losses = train(steps)
     if not same_on_every_rank(params):
         ok = False
         print(f"[rank {rank}] ddp: parameters differ between ranks", file=sys.stderr)
-    if args.compare:
+    if compare:
         gloo = dist.new_group(backend="gloo")
-        ref, _ = train(args.steps, gloo)
+        ref, _ = train(steps, gloo)
         if not torch.equal(params, ref):
             ok = False
             bad = int((params != ref).sum())
@@ -99,11 +107,10 @@ def main(argv=None) -> int:
     flags = torch.tensor([int(ok)], dtype=torch.int32)
     dist.all_reduce(flags, op=dist.ReduceOp.MIN)
     if rank == 0:
-        what = "identical on every rank" + (", identical to gloo" if args.compare else "")
-        print(f"ddp: {args.steps} steps on {size} ranks, {params.numel()} parameters, rank 0 "
+        what = "identical on every rank" + (", identical to gloo" if compare else "")
+        print(f"ddp: {steps} steps on {size} ranks, {params.numel()} parameters, rank 0 "
               f"loss {losses[0]:g} -> {losses[-1]:g}: " + (what if flags.item() else "MISMATCH"))
-    dist.destroy_process_group()
-    return 0 if flags.item() else 1
+    return bool(flags.item())
 
 
 if __name__ == "__main__":

@@ -42,15 +42,23 @@ def main(argv=None) -> int:
                     help="train again on a mesh over a gloo group and compare")
     args = ap.parse_args(argv)
     dist.init_process_group("neuron")
+    ok = run(args.steps, args.compare)
+    dist.destroy_process_group()
+    return 0 if ok else 1
+
+
+def run(steps: int = 4, compare: str | None = None) -> bool:
+    """Train (and compare) on the initialized default group; True when every check
+    held on every rank. Rank 0 prints one line."""
     rank, size = dist.get_rank(), dist.get_world_size()
     ok = True
-    params, losses = train(args.steps, init_device_mesh("cpu", (size,)))
+    params, losses = train(steps, init_device_mesh("cpu", (size,)))
     if not same_on_every_rank(params):
         ok = False
         print(f"[rank {rank}] fsdp2: parameters differ between ranks", file=sys.stderr)
-    if args.compare:
+    if compare:
         gloo = dist.new_group(backend="gloo")
-        ref, _ = train(args.steps, DeviceMesh.from_group(gloo, "cpu"))
+        ref, _ = train(steps, DeviceMesh.from_group(gloo, "cpu"))
         if not torch.equal(params, ref):
             ok = False
             bad = int((params != ref).sum())
@@ -60,12 +68,11 @@ def main(argv=None) -> int:
     flags = torch.tensor([int(ok)], dtype=torch.int32)
     dist.all_reduce(flags, op=dist.ReduceOp.MIN)
     if rank == 0:
-        what = "identical on every rank" + (", identical to gloo" if args.compare else "")
-        print(f"fsdp2: {args.steps} steps on {size} ranks, {params.numel()} parameters, "
+        what = "identical on every rank" + (", identical to gloo" if compare else "")
+        print(f"fsdp2: {steps} steps on {size} ranks, {params.numel()} parameters, "
               f"rank 0 loss {losses[0]:g} -> {losses[-1]:g}: "
               + (what if flags.item() else "MISMATCH"))
-    dist.destroy_process_group()
-    return 0 if flags.item() else 1
+    return bool(flags.item())
 
 
 if __name__ == "__main__":

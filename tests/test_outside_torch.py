@@ -12,7 +12,8 @@
   bad input (a tensor on another device, shapes that differ across ranks, a group
   the instance refuses).
 * examples/ddp_train.py and examples/fsdp2_train.py train at 8 ranks with
-  --compare gloo: identical parameters on every rank and identical to gloo's.
+  --compare gloo (their run(), from torch_checks.py, in the 8-rank launch):
+  identical parameters on every rank and identical to gloo's.
 
 Needs torch (the test command installs it: tools/test.sh).
 """
@@ -43,8 +44,10 @@ def _run_suite(ranks: int, extra: list[str], limit: float):
     argv = [mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "pytest",
             "-p", "no:cacheprovider", "-q", "--color=no", "--tb=short", "-rs",
             "--timeout=120", *extra, str(SUITE), str(CHECKS)]
-    rc, out, secs = launch(argv, base_env({"PYTORCH_PRINT_REPRO_ON_FAILURE": "0"}), limit)
-    sums = _summaries(out)
+    env = base_env({"PYTORCH_PRINT_REPRO_ON_FAILURE": "0"})
+    env["PYTHONPATH"] = str(ROOT / "examples")  # torch_checks imports the examples
+    rc, out, secs = launch(argv, env, limit)
+    sums = [{k: v for k, v in s.items() if k != "warnings"} for s in _summaries(out)]
     print(f"torch distributed_test, {ranks} ranks {' '.join(extra)}: {sums[:1]}, {secs:.1f} s")
     assert rc == 0, f"mpiexec exited {rc} after {secs:.0f} s\n{_tail(out)}"
     assert len(sums) == ranks, f"expected a pytest summary from each of {ranks} ranks\n{_tail(out)}"
@@ -62,20 +65,12 @@ def test_torch_distributed_suite_4_ranks():
 
 
 @pytest.mark.slow
-def test_torch_distributed_group_tests_8_ranks():
-    counts, _ = _run_suite(8, ["-k", "group"], 900)
-    assert counts.get("passed", 0) >= 30, counts
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("script", ["ddp_train.py", "fsdp2_train.py"])
-def test_example_identical_to_gloo(script):
-    argv = [mpiexec(), "-n", "8", sys.executable, "-m", "mpi4py",
-            str(ROOT / "examples" / script), "--compare", "gloo"]
-    rc, out, secs = launch(argv, base_env({}), 600)
-    name = script.split("_")[0]
-    line = next((ln for ln in out.splitlines() if ln.startswith(f"{name}: ")), None)
-    print(f"{script}: {line} ({secs:.1f} s)")
-    assert rc == 0, f"{script} exited {rc}\n{_tail(out)}"
-    assert line is not None and "on 8 ranks" in line and line.endswith(
-        "identical on every rank, identical to gloo"), _tail(out)
+def test_torch_distributed_group_tests_and_examples_8_ranks():
+    """The suite's group tests, our group checks and the two examples, at 8 ranks."""
+    # the examples' own line ("ddp: 4 steps on 8 ranks, ...: identical on every rank,
+    # identical to gloo") is asserted inside test_example_identical_to_gloo
+    counts, out = _run_suite(8, ["-k", "group or example", "-rA"], 900)
+    assert counts.get("passed", 0) >= 36, counts
+    for name in ("ddp_train", "fsdp2_train"):
+        assert f"PASSED tests/outside/torch_checks.py::test_example_identical_to_gloo[{name}]" \
+            in out, f"{name} did not pass\n{_tail(out)}"

@@ -165,3 +165,24 @@ def test_refused_group_raises_on_its_members():
     else:
         dist.new_group([0, 1, 2])  # torch creates nothing on a non-member
     dist.barrier()
+
+
+def _example(name):
+    import importlib
+    import sys
+    from pathlib import Path
+    examples = str(Path(__file__).resolve().parents[2] / "examples")
+    if examples not in sys.path:
+        sys.path.insert(0, examples)
+    return importlib.import_module(name)
+
+
+@pytest.mark.parametrize("name", ["ddp_train", "fsdp2_train"])
+def test_example_identical_to_gloo(name, capsys):
+    """examples/ddp_train.py and fsdp2_train.py with --compare gloo, in this launch
+    (their run(): the default group is already the neuron one)."""
+    assert _example(name).run(steps=4, compare="gloo")
+    if R == 0:
+        line = capsys.readouterr().out.strip().splitlines()[-1]
+        assert line.endswith("identical on every rank, identical to gloo"), line
+        assert f"on {N} ranks" in line

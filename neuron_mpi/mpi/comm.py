@@ -412,7 +412,7 @@ class Comm:
         self._check_dtype(x, r.a, "recvbuf")
         it = x.itemsize
         res = c.all_gather_v(_bytes(x), [k * it for k in counts])
-        _place(r.a, res, counts, displs)
+        _place(r.a, res.view(r.a.dtype), counts, displs)
 
     def Gather(self, sendbuf, recvbuf, root=0) -> None:
         c = self._c

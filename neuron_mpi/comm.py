@@ -32,7 +32,7 @@ from .algorithms.select import choose, schedule_for
 from .control import Control
 from .engine import make_engine
 from .errors import (CollectiveTimeoutError, CommunicatorFailedError,
-                     InvalidArgumentError, NeuronMPIError, TopologyError)
+                     InvalidArgumentError, NeuronMPIError, TopologyError, arg_error)
 from .executor import Execution, Plan, make_buffers, pieces
 from .kernels import dtype_name
 from .recorder import FlightRecorder
@@ -113,6 +113,7 @@ class Communicator:
         self.placement = topo.placement(engine.rank)
         self._seq = 0
         self._nsplit = 0
+        self._ngroup: dict[tuple, int] = {}
         self._p2p_sent: dict[int, int] = {}
         self._p2p_recv: dict[int, int] = {}
         self._plans: dict = {}
@@ -236,9 +237,10 @@ class Communicator:
         agreement = None
         try:
             if _checking() and self.size > 1:
-                root = extra if op == "broadcast" else -1
+                root = extra if op in ("broadcast", "reduce", "gather", "scatter") else -1
                 fp = A.fingerprint(op, seq, count, x.dtype, reduce_op if op in (
-                    "all_reduce", "reduce_scatter", "reduce_scatter_v") else None,
+                    "all_reduce", "reduce_scatter", "reduce_scatter_v", "reduce", "scan",
+                    "exscan") else None,
                     root, dig, algo)
                 if (not async_op and rows is None and plan.native is not None
                         and eng.solo()):
@@ -449,6 +451,98 @@ class Communicator:
         dummy = np.empty(0, np.uint8)
         self._run("barrier", None, 0, dummy, None, (0,), timeout=timeout)
 
+    # --- rooted collectives and prefix reductions (algorithms/rooted.py) ----------------
+    @_collective("reduce")
+    def reduce(self, x, root=0, op="sum", out=None, async_op=False, timeout=None):
+        """``op`` over the members' ``x``, on ``root`` only: returns the result there
+        (``out`` when given) and None on the other members."""
+        x = V.array(x)
+        op = V.reduce_op(op)
+        root = V.rank(root, self.size, "root")
+        mine = self.rank == root
+        out = V.out_array(out, x.shape, x.dtype) if mine else None
+        res = self._run("reduce", None, int(x.size), x, out, x.shape if mine else (0,), op,
+                        extra=root, async_op=async_op, timeout=timeout,
+                        dig=A.digest(x.shape))
+        return res if mine or async_op else None
+
+    @_collective("gather")
+    def gather(self, x, root=0, counts=None, out=None, async_op=False, timeout=None):
+        """The members' ``x`` concatenated along axis 0 in rank order, on ``root``
+        only (None elsewhere). ``counts``: rows per member, the same list on every
+        member (default: all alike)."""
+        x = V.array(x)
+        r = V.rows(x)
+        root = V.rank(root, self.size, "root")
+        counts = (r,) * self.size if counts is None else V.counts(counts, self.size)
+        if r != counts[self.rank]:
+            raise InvalidArgumentError(
+                f"counts: counts[{self.rank}] = {counts[self.rank]} rows but x has {r} rows")
+        mine = self.rank == root
+        shape = (sum(counts),) + x.shape[1:]
+        out = V.out_array(out, shape, x.dtype) if mine else None
+        re = V.row_elems(x)
+        res = self._run("gather", None, tuple(c * re for c in counts), x, out,
+                        shape if mine else (0,), extra=root, async_op=async_op,
+                        timeout=timeout, fp_count=sum(counts) * re,
+                        dig=A.digest(counts, x.shape[1:]))
+        return res if mine or async_op else None
+
+    @_collective("scatter")
+    def scatter(self, x, out, root=0, counts=None, async_op=False, timeout=None):
+        """Block i of the root's ``x`` (axis 0, ``counts[i]`` rows; default equal
+        blocks) into member i's ``out``. ``x`` is read on the root only (None
+        elsewhere); ``out`` is required on every member."""
+        out = V.array(out, "out")
+        if not out.flags.writeable:
+            raise InvalidArgumentError("out: expected a writeable array, got a read-only one")
+        r = V.rows(out, "out")
+        root = V.rank(root, self.size, "root")
+        counts = (r,) * self.size if counts is None else V.counts(counts, self.size)
+        if r != counts[self.rank]:
+            raise InvalidArgumentError(
+                f"counts: counts[{self.rank}] = {counts[self.rank]} rows but out has {r} rows")
+        re = V.row_elems(out)
+        if self.rank == root:
+            x = V.array(x)
+            want = (sum(counts),) + out.shape[1:]
+            if tuple(x.shape) != want or x.dtype != out.dtype:
+                raise arg_error("x", f"shape {want} and dtype {out.dtype} on the root",
+                                f"shape {tuple(x.shape)} and dtype {x.dtype}")
+        else:
+            x = np.empty((0,) + out.shape[1:], out.dtype)
+        return self._run("scatter", None, tuple(c * re for c in counts), x, out, out.shape,
+                         extra=root, async_op=async_op, timeout=timeout,
+                         fp_count=sum(counts) * re, dig=A.digest(counts, out.shape[1:]))
+
+    @_collective("scan")
+    def scan(self, x, op="sum", out=None, async_op=False, timeout=None):
+        """Inclusive prefix reduction: member i gets ``op`` over members 0..i."""
+        return self._scan("scan", x, op, out, async_op, timeout)
+
+    @_collective("exscan")
+    def exscan(self, x, op="sum", out=None, async_op=False, timeout=None):
+        """Exclusive prefix reduction: member i gets ``op`` over members 0..i-1;
+        member 0's result is left as it was (``out``, or uninitialised)."""
+        return self._scan("exscan", x, op, out, async_op, timeout)
+
+    def _scan(self, which, x, op, out, async_op, timeout):
+        x = V.array(x)
+        op = V.reduce_op(op)
+        if op == "avg":
+            raise arg_error("op", "one of sum, prod, max, min", op)
+        out = V.out_array(out, x.shape, x.dtype)
+        return self._run(which, None, int(x.size), x, out, x.shape, op, async_op=async_op,
+                         timeout=timeout, dig=A.digest(x.shape))
+
+    def refuse(self, op: str, err: BaseException):
+        """Raise ``err`` here after telling the other members that this rank refused
+        its call of ``op``, so they fail in their agreement too, before any data
+        moves (for front-ends that check arguments this module cannot see)."""
+        self._ensure_usable()
+        self._tell_group_rejected(op, None)
+        raise err
+
     # --- point to point ---------------------------------------------------------------
     def _p2p_deadline(self, timeout):
         seconds = _timeout_seconds(timeout)
@@ -588,6 +682,32 @@ class Communicator:
         return Communicator(self._engine, self.topology, world_groups[mine],
                             _child_id(self._id, self._nsplit, mine), self.strict,
                             self._recorder)
+
+    def group(self, ranks, timeout=None):
+        """The communicator of ``ranks`` (this communicator's ranks, in group
+        order), called by those members only: no call on the other ranks, unlike
+        ``split``. The members agree among themselves on the group before it is
+        returned. The instance's group rules are checked as ``init`` does (strict)."""
+        self._ensure_usable()
+        gs = V.replica_groups([ranks], self.size, "ranks")[0]
+        if self.rank not in gs:
+            raise InvalidArgumentError(
+                f"ranks: rank {self.rank} called group() but is not in {gs}; only the "
+                "members call it")
+        wg = [self._ranks[r] for r in gs]
+        G.check_group(self.topology, wg, self.strict)  # the same verdict on every member
+        key = tuple(gs)
+        n = self._ngroup.get(key, 0) + 1
+        self._ngroup[key] = n
+        h = hashlib.blake2b(f"{self._id}/group/{n}/{key}".encode(), digest_size=8).digest()
+        child = Communicator(self._engine, self.topology, wg,
+                             int.from_bytes(h, "little") & ((1 << 62) - 1), self.strict,
+                             self._recorder)
+        if _checking() and child.size > 1:
+            child._seq += 1
+            child._exchange(A.fingerprint("split", child._seq, dig=A.digest(gs)), "split",
+                            timeout)
+        return child
 
     def wait_mpi(self, requests) -> None:
         """Wait for the user's own mpi4py requests. (The engine's agent forwards and

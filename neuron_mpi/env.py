@@ -96,3 +96,15 @@ def shm_slot_kib() -> int:
     """NEURON_MPI_SHM_SLOT_KIB: bytes per landing slot, in KiB (default 256); also
     the piece size large transfers are cut into, on every transport."""
     return _positive_int("NEURON_MPI_SHM_SLOT_KIB", 256)
+
+
+def strict_groups() -> bool:
+    """NEURON_MPI_STRICT: whether the front-ends (neuron_mpi.torch, neuron_mpi.mpi)
+    hold groups to the instance's rules, as ``init(strict=True)`` (default on); 0
+    accepts any group, e.g. 5 ranks (``init(strict=False)``)."""
+    v = _raw("NEURON_MPI_STRICT")
+    if v is None or v.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if v.strip().lower() in ("0", "false", "no", "off"):
+        return False
+    raise InvalidArgumentError(f"NEURON_MPI_STRICT: expected 0 or 1, got {v!r}")

@@ -32,10 +32,11 @@ ROOT = Path(__file__).resolve().parents[1]
 MPI_DIR = ROOT / "tests" / "mpi"
 # test_mpi_link_stats.py last: it checks everything sent before it
 ALL = ("test_mpi_collectives.py", "test_mpi_api.py", "test_mpi_validation.py",
-       "test_mpi_groups.py", "test_mpi_link_stats.py")
+       "test_mpi_groups.py", "test_mpi_rooted.py", "test_mpi_link_stats.py")
 # variables of ours that must not leak in from the caller's environment
 _SCRUB = ("NEURON_MPI_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_MPI_NODES",
           "NEURON_MPI_ALGO", "NEURON_MPI_TIMEOUT", "NEURON_MPI_CHECK", "NEURON_MPI_TEST_STRICT",
+          "NEURON_MPI_STRICT",
           "NEURON_MPI_TRANSPORT", "NEURON_MPI_SHM", "NEURON_MPI_SHM_SLOTS",
           "NEURON_MPI_SHM_SLOT_KIB",
           "NEURON_MPI_TEST_LEVEL", "NEURON_MPI_TEST_BATCH", "NEURON_MPI_TRACE")

@@ -8,6 +8,7 @@ import pytest
 
 import neuron_mpi as nm
 from neuron_mpi.algorithms.group import GroupView
+from neuron_mpi.algorithms.registry import NEURON_OPS
 from neuron_mpi.algorithms.select import _APPLIES, choose, schedule_for
 from neuron_mpi.errors import AlgorithmError
 from neuron_mpi.replay import replay
@@ -123,6 +124,8 @@ def check(view, op, algorithm, reduce_op="sum", dtype=np.int64, seed=0):
 def _cases():
     for world in WORLDS:
         for op, algos in _APPLIES.items():
+            if op not in NEURON_OPS:
+                continue  # rooted operations: tests/test_rooted_schedules.py
             for algo in algos:
                 marks = [pytest.mark.slow] if world in BIG and algo == "mesh" else []
                 yield pytest.param(world, op, algo, id=f"{world}-{op}-{algo}", marks=marks)

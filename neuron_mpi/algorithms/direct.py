@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..schedule import IN, OUT, Local, Xfer, offsets
 from . import phases as P
+from . import rooted
 from .registry import Algorithm
 
 
@@ -57,6 +58,8 @@ def barrier(view):
 
 
 def build(op, view, sizes, avg=False, extra=None):
+    if op in rooted.DIRECT_OPS:
+        return rooted.build(view, op, sizes, avg, extra)
     if op in ("all_to_all", "all_to_all_v"):
         return all_to_all(view, [list(r) for r in sizes], op)
     if op == "permute":
@@ -71,6 +74,6 @@ def build(op, view, sizes, avg=False, extra=None):
 ALGORITHM = Algorithm(
     name="direct", summary="routed point-to-point transfers in one round; "
     "dissemination barrier",
-    ops=("all_to_all", "all_to_all_v", "permute", "broadcast", "barrier"),
+    ops=("all_to_all", "all_to_all_v", "permute", "broadcast", "barrier") + rooted.DIRECT_OPS,
     build=build, prefer=lambda op, view, nbytes: "the only algorithm for point-to-point "
     "operations", priority=95)

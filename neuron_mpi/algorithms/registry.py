@@ -26,8 +26,11 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 # every operation the communicator offers; an algorithm lists the ones it builds
-OPS = ("all_reduce", "reduce_scatter", "all_gather", "reduce_scatter_v", "all_gather_v",
-       "all_to_all", "all_to_all_v", "permute", "broadcast", "barrier")
+NEURON_OPS = ("all_reduce", "reduce_scatter", "all_gather", "reduce_scatter_v",
+              "all_gather_v", "all_to_all", "all_to_all_v", "permute", "broadcast", "barrier")
+# not Neuron collectives: the front-ends' rooted operations (algorithms/rooted.py)
+ROOTED_OPS = ("reduce", "gather", "scatter", "scan", "exscan")
+OPS = NEURON_OPS + ROOTED_OPS
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from ..schedule import IN, OUT, TMP, Local, merge_parallel, offsets, split
 from . import phases as P
+from . import rooted
 from .registry import Algorithm
 
 SLICES = 2  # per chunk on reducing rounds (intranode-collective-comm.rst)
@@ -81,6 +82,8 @@ def broadcast(view, count, root):
 
 
 def build(op, view, sizes, avg=False, extra=None):
+    if op in rooted.RING_OPS:
+        return rooted.build(view, op, sizes, avg, extra)
     if op == "all_reduce":
         return all_reduce(view, sizes, avg)
     if op in ("reduce_scatter", "reduce_scatter_v"):
@@ -101,5 +104,5 @@ ALGORITHM = Algorithm(
     name="ring", summary="reduce-scatter + all-gather around the torus's Hamiltonian "
     "cycles, two slices per chunk; across nodes the flat ring",
     ops=("all_reduce", "reduce_scatter", "all_gather", "reduce_scatter_v", "all_gather_v",
-         "broadcast"),
+         "broadcast") + rooted.RING_OPS,
     build=build, prefer=prefer, priority=90)

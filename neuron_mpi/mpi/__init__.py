@@ -1,0 +1,73 @@
+"""An mpi4py-compatible module whose communicators are neuron_mpi Communicators.
+
+``from neuron_mpi import mpi as MPI`` in new code, or ``python -m neuron_mpi.mpi
+prog.py [args]`` (as ``python -m mpi4py prog.py``) for an unmodified mpi4py program,
+whose ``from mpi4py import MPI`` then gives this module. ``COMM_WORLD`` and
+``COMM_SELF`` are emulated communicators (``neuron_mpi.init()``; NEURON_MPI_INSTANCE
+etc. choose the topology, NEURON_MPI_STRICT=0 accepts groups the instance would refuse,
+e.g. 5 ranks); constants, datatypes, ops and everything else come from
+the real mpi4py.
+
+The buffer API (upper-case methods) maps to Communicator calls: docs/api.md,
+"Front-ends", has the table. Buffers are anything with the buffer protocol or
+DLPack (numpy, array.array, ...), as ``buf``, ``(buf, datatype)``,
+``(buf, count, datatype)`` or, for the -v forms, ``(buf, counts, displs, datatype)``
+/ ``(buf, (counts, displs), datatype)``; a count in a block collective's gathered
+or scattered buffer is per process, as in mpi4py. Data moves as bytes; reductions
+run in the datatype, through the Neuron kernels for the types they carry, else
+(complex products, long double, bool) as an all-gather followed by the reduction
+in rank order on every rank.
+
+Out of scope, raising NotImplementedError: the lower-case pickle-based methods and
+derived (non-predefined) datatypes; they never fall through to the real MPI.
+"""
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI as _MPI
+
+from .comm import Comm, Intracomm, Request  # noqa: F401
+
+_EMULATED = ("COMM_WORLD", "COMM_SELF", "Comm", "Intracomm", "Request")
+_STATE: dict = {}
+
+
+def _world() -> Comm:
+    if "world" not in _STATE:
+        from .. import comm as C
+        from .. import env
+        w = C.init(strict=env.strict_groups())
+        _STATE["world"] = Comm(w)
+        _STATE["self"] = Comm(w.group([w.rank]))
+    return _STATE["world"]
+
+
+def install() -> None:
+    """Make ``from mpi4py import MPI`` give this module from now on (neuron_mpi's own
+    modules keep the real one: they are imported first)."""
+    import sys
+
+    import mpi4py
+
+    # every neuron_mpi module that uses MPI binds the real one now
+    from .. import comm as _comm  # noqa: F401
+    from .. import engine as _engine  # noqa: F401
+    from ..transport import mpi as _transport_mpi  # noqa: F401
+    sys.modules["mpi4py.MPI"] = sys.modules[__name__]
+    mpi4py.MPI = sys.modules[__name__]
+
+
+def __getattr__(name):
+    if name == "COMM_WORLD":
+        return _world()
+    if name == "COMM_SELF":
+        _world()
+        return _STATE["self"]
+    return getattr(_MPI, name)
+
+
+def __dir__():
+    return sorted(set(dir(_MPI)) | set(_EMULATED))
+
+
+

@@ -1,0 +1,646 @@
+"""The mpi4py buffer API over a neuron_mpi Communicator (see the package docstring)."""
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI as _MPI
+from mpi4py.util.dtlib import to_numpy_dtype
+
+from .. import kernels
+from ..errors import InvalidArgumentError
+
+_OPS = None
+
+
+def _op_name(op) -> str:
+    global _OPS
+    if _OPS is None:
+        _OPS = ((_MPI.SUM, "sum"), (_MPI.PROD, "prod"), (_MPI.MAX, "max"), (_MPI.MIN, "min"))
+    for k, v in _OPS:
+        if op == k:
+            return v
+    raise NotImplementedError(
+        f"op: neuron_mpi.mpi reduces with MPI.SUM, PROD, MAX or MIN only, got {op!r}")
+
+
+_UFUNC = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _pickle_refused(name):
+    def method(self, *args, **kwargs):
+        raise NotImplementedError(
+            f"Comm.{name}: the lower-case, pickle-based mpi4py methods are not emulated; "
+            f"use the buffer method Comm.{name[:1].upper() + name[1:]} with an array")
+    method.__name__ = name
+    return method
+
+
+def _is_in_place(spec) -> bool:
+    """MPI.IN_PLACE, or None, which mpi4py reads as MPI.IN_PLACE where it applies."""
+    return spec is _MPI.IN_PLACE or spec is None
+
+
+def _array_of(obj, name) -> np.ndarray:
+    """A 1-D numpy array over the memory of ``obj`` (no copy): numpy arrays as they
+    are, other buffers through the buffer protocol, DLPack and the CUDA array
+    interface on host memory through mpi4py's own ``MPI.buffer`` (as bytes)."""
+    if isinstance(obj, np.ndarray):
+        a = obj
+    elif _has_buffer(obj):
+        mv = memoryview(obj)
+        a = np.asarray(mv) if mv.format not in ("", "B") or mv.ndim > 1 else \
+            np.frombuffer(mv, np.uint8) if not mv.readonly else np.frombuffer(mv, np.uint8)
+    else:
+        try:
+            a = np.frombuffer(_MPI.buffer(obj), np.uint8)
+        except (TypeError, ValueError, BufferError):
+            raise InvalidArgumentError(
+                f"{name}: expected a buffer (numpy array, array.array, bytearray, DLPack "
+                f"object) or a (buffer, datatype) spec, got {type(obj).__name__}") from None
+    if a.ndim != 1:
+        if not a.flags.c_contiguous:
+            raise InvalidArgumentError(f"{name}: expected a contiguous buffer")
+        a = a.reshape(-1)
+    elif a.strides[0] != a.itemsize and a.size > 1:
+        raise InvalidArgumentError(f"{name}: expected a contiguous buffer")
+    return a
+
+
+def _has_buffer(obj) -> bool:
+    try:
+        memoryview(obj)
+        return True
+    except TypeError:
+        return False
+
+
+class _Msg:
+    """A parsed buffer spec: ``a`` the elements (1-D, the datatype's dtype), the
+    explicit count (or None), the -v counts and displacements (or None)."""
+
+    def __init__(self, spec, name):
+        self.name = name
+        count = counts = displs = dtype = None
+        if isinstance(spec, (tuple, list)):
+            items = list(spec)
+            if not items:
+                raise InvalidArgumentError(f"{name}: an empty buffer spec")
+            buf, rest = items[0], items[1:]
+            if rest and isinstance(rest[-1], _MPI.Datatype):
+                dtype = rest.pop()
+            elif rest and isinstance(rest[-1], str):
+                dtype = np.dtype(rest.pop())  # a typecode: "f", "i", "d" ...
+            if len(rest) == 1:
+                c = rest[0]
+                if isinstance(c, tuple) and len(c) == 2 and not isinstance(c[0], int):
+                    counts, displs = c
+                elif isinstance(c, tuple) and len(c) == 2:
+                    count, displs = c  # (count, displacement) of a block spec
+                    displs = None if not displs else displs
+                    if displs:
+                        raise NotImplementedError(
+                            f"{name}: a displacement in a block buffer spec is not emulated")
+                elif isinstance(c, (list, tuple, np.ndarray)):
+                    counts = c
+                elif c is not None:
+                    count = int(c)
+            elif len(rest) == 2:
+                counts, displs = rest
+            elif len(rest) > 2:
+                raise InvalidArgumentError(f"{name}: too many items in the buffer spec")
+        else:
+            buf = spec
+        if buf is None or buf is _MPI.BOTTOM:
+            raise NotImplementedError(
+                f"{name}: MPI.BOTTOM and absolute addresses (derived datatypes) are not "
+                "emulated")
+        a = _array_of(buf, name)
+        if dtype is not None:
+            if isinstance(dtype, np.dtype):
+                dt = dtype
+            elif not dtype.is_predefined:
+                raise NotImplementedError(
+                    f"{name}: derived datatypes are not emulated (only predefined ones, "
+                    f"e.g. MPI.FLOAT); got a derived datatype {dtype!r}")
+            else:
+                dt = to_numpy_dtype(dtype)
+            b = a.view(np.uint8)
+            if b.size % dt.itemsize:
+                raise InvalidArgumentError(
+                    f"{name}: {b.size} bytes is not a whole number of {dt} elements")
+            a = b.view(dt)
+        self.a = a
+        self.count = count
+        self.counts = None if counts is None else [int(c) for c in counts]
+        self.displs = None if displs is None else [int(d) for d in displs]
+
+    @property
+    def dtype(self):
+        return self.a.dtype
+
+    def block(self, size: int) -> int:
+        """Elements per process of a gathered/scattered buffer."""
+        if self.count is not None:
+            return self.count
+        if self.a.size % size:
+            raise InvalidArgumentError(
+                f"{self.name}: {self.a.size} elements do not divide evenly among {size} "
+                "processes")
+        return self.a.size // size
+
+    def total(self) -> int:
+        return self.a.size if self.count is None else self.count
+
+    def elems(self) -> np.ndarray:
+        return self.a[:self.total()]
+
+    def v(self, size: int, default_counts=None):
+        counts = self.counts if self.counts is not None else default_counts
+        if counts is None:
+            b = self.block(size)
+            counts = [b] * size
+        if len(counts) != size:
+            raise InvalidArgumentError(f"{self.name}: expected {size} counts, got {len(counts)}")
+        displs = self.displs
+        if displs is None:
+            displs = list(np.cumsum([0] + list(counts[:-1])))
+        return [int(c) for c in counts], [int(d) for d in displs]
+
+
+def _bytes(a: np.ndarray) -> np.ndarray:
+    return a.view(np.uint8)
+
+
+def _carried(dt: np.dtype) -> bool:
+    try:
+        kernels.canonical_dtype(dt)
+        return True
+    except ValueError:
+        return False
+
+
+def _reduce_rows(rows: np.ndarray, op: str) -> np.ndarray:
+    """Reduce the rows of ``rows`` in rank order (the fallback for types the
+    kernels do not carry)."""
+    f = _UFUNC[op]
+    acc = rows[0].copy()
+    for r in rows[1:]:
+        acc = f(acc, r)
+    return acc
+
+
+class Request:
+    """A request of an I-call: collectives complete at the call (the Request is
+    done), a receive runs at Wait/Test, a send has left at the call."""
+
+    def __init__(self, run=None):
+        self._run = run
+
+    def Wait(self, status=None):
+        if self._run is not None:
+            run, self._run = self._run, None
+            run()
+        return True
+
+    wait = Wait
+
+    def Test(self, status=None):
+        self.Wait(status)
+        return True
+
+    def Free(self):
+        self._run = None
+
+    @staticmethod
+    def Waitall(requests, statuses=None):
+        for r in requests:
+            r.Wait()
+        return True
+
+    @staticmethod
+    def Testall(requests, statuses=None):
+        return Request.Waitall(requests)
+
+    @staticmethod
+    def Waitany(requests, status=None):
+        for i, r in enumerate(requests):
+            r.Wait()
+            return i
+        return _MPI.UNDEFINED
+
+    @staticmethod
+    def Startall(requests):
+        return None
+
+
+def _done() -> Request:
+    return Request()
+
+
+class Comm:
+    """An mpi4py-style intracommunicator over a neuron_mpi Communicator."""
+
+    def __init__(self, nc):
+        self._c = nc
+
+    @property
+    def communicator(self):
+        """The neuron_mpi Communicator underneath."""
+        return self._c
+
+    def Get_rank(self) -> int:
+        return self._c.rank
+
+    def Get_size(self) -> int:
+        return self._c.size
+
+    rank = property(Get_rank)
+    size = property(Get_size)
+
+    def __repr__(self):
+        return f"<neuron_mpi.mpi.Comm rank {self.Get_rank()} of {self.Get_size()}>"
+
+    def __eq__(self, other):
+        return isinstance(other, Comm) and other._c is self._c
+
+    def __hash__(self):
+        return id(self._c)
+
+    # --- communicators ---------------------------------------------------------------
+    def Dup(self, info=None) -> Comm:
+        return Comm(self._c.split([list(range(self._c.size))]))
+
+    Clone = Dup
+
+    def Split(self, color=0, key=0) -> Comm | None:
+        c = self._c
+        mine = np.array([-1 if color in (None, _MPI.UNDEFINED) else int(color), int(key),
+                         c.rank], np.int64)
+        table = c.all_gather(mine.reshape(1, 3))
+        groups: dict[int, list] = {}
+        for col, k, r in table.tolist():
+            if col >= 0:
+                groups.setdefault(col, []).append((k, r))
+        ordered = [[r for _, r in sorted(v)] for _, v in sorted(groups.items())]
+        sub = c.split(ordered)
+        return Comm(sub) if sub is not None else _MPI.COMM_NULL
+
+    def Create_group(self, group, tag=0) -> Comm:
+        """``group``: an mpi4py Group of this communicator's ranks (or a list of
+        ranks); called by the members only, as MPI_Comm_create_group."""
+        if isinstance(group, _MPI.Group):
+            world = _MPI.COMM_WORLD.Get_group()
+            ranks = _MPI.Group.Translate_ranks(group, list(range(group.Get_size())), world)
+            ranks = [self._c.ranks.index(r) for r in ranks]
+        else:
+            ranks = list(group)
+        return Comm(self._c.group(ranks))
+
+    def Create(self, group) -> Comm:
+        return self.Create_group(group)
+
+    def Get_group(self):
+        world = _MPI.COMM_WORLD.Get_group()
+        return world.Incl(list(self._c.ranks))
+
+    def Free(self) -> None:
+        self._c = _FreedCommunicator()
+
+    def Abort(self, errorcode=0):
+        _MPI.COMM_WORLD.Abort(errorcode)
+
+    def Is_inter(self) -> bool:
+        return False
+
+    def Is_intra(self) -> bool:
+        return True
+
+    # --- collectives ------------------------------------------------------------------
+    def Barrier(self) -> None:
+        self._c.barrier()
+
+    def Ibarrier(self) -> Request:
+        self.Barrier()
+        return _done()
+
+    def Bcast(self, buf, root=0) -> None:
+        m = _Msg(buf, "buf")
+        b = _bytes(m.elems())
+        self._c.broadcast(b, root, out=b)
+
+    def Allreduce(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
+        r = _Msg(recvbuf, "recvbuf")
+        out = r.elems()
+        x = out.copy() if _is_in_place(sendbuf) else _Msg(sendbuf, "sendbuf").elems()
+        self._check_same(x, out, "recvbuf")
+        self._reduce_into("all_reduce", x, out, _op_name(op))
+
+    def Reduce(self, sendbuf, recvbuf, op=_MPI.SUM, root=0) -> None:
+        c = self._c
+        mine = c.rank == root
+        if mine:
+            out = _Msg(recvbuf, "recvbuf").elems()
+            x = out.copy() if _is_in_place(sendbuf) else _Msg(sendbuf, "sendbuf").elems()
+            self._check_same(x, out, "recvbuf")
+        else:
+            x = _Msg(sendbuf, "sendbuf").elems()
+            out = None
+        self._reduce_into("reduce", x, out, _op_name(op), root=root)
+
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
+        n = self._c.size
+        r = _Msg(recvbuf, "recvbuf")
+        if _is_in_place(sendbuf):
+            blk = r.block(n)
+            x = r.a[:blk * n].copy()
+            out = r.a[:blk]
+        else:
+            out = r.elems()
+            x = _Msg(sendbuf, "sendbuf").a[:out.size * n]
+        self._reduce_into("reduce_scatter", x, out, _op_name(op), counts=[out.size] * n)
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_MPI.SUM) -> None:
+        c = self._c
+        r = _Msg(recvbuf, "recvbuf")
+        if recvcounts is None:
+            mine = r.total()
+            recvcounts = [int(v) for v in
+                          c.all_gather(np.array([mine], np.int64)).tolist()]
+        counts = [int(v) for v in recvcounts]
+        if len(counts) != c.size:
+            raise InvalidArgumentError(f"recvcounts: expected {c.size} counts, got {len(counts)}")
+        total = sum(counts)
+        if _is_in_place(sendbuf):
+            x = r.a[:total].copy()
+            out = r.a[:counts[c.rank]]
+        else:
+            x = _Msg(sendbuf, "sendbuf").a[:total]
+            out = r.a[:counts[c.rank]]
+        self._reduce_into("reduce_scatter", x, out, _op_name(op), counts=counts)
+
+    def Scan(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
+        out = _Msg(recvbuf, "recvbuf").elems()
+        x = out.copy() if _is_in_place(sendbuf) else _Msg(sendbuf, "sendbuf").elems()
+        self._check_same(x, out, "recvbuf")
+        self._reduce_into("scan", x, out, _op_name(op))
+
+    def Exscan(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
+        out = _Msg(recvbuf, "recvbuf").elems()
+        x = out.copy() if _is_in_place(sendbuf) else _Msg(sendbuf, "sendbuf").elems()
+        self._check_same(x, out, "recvbuf")
+        self._reduce_into("exscan", x, out, _op_name(op))
+
+    def Allgather(self, sendbuf, recvbuf) -> None:
+        c = self._c
+        r = _Msg(recvbuf, "recvbuf")
+        blk = r.block(c.size)
+        out = r.a[:blk * c.size]
+        if _is_in_place(sendbuf):
+            x = out[c.rank * blk:(c.rank + 1) * blk].copy()
+        else:
+            x = _Msg(sendbuf, "sendbuf").elems()
+        self._check_dtype(x, out, "recvbuf")
+        c.all_gather(_bytes(x), out=_bytes(out))
+
+    def Allgatherv(self, sendbuf, recvbuf) -> None:
+        c = self._c
+        r = _Msg(recvbuf, "recvbuf")
+        counts, displs = r.v(c.size)
+        if _is_in_place(sendbuf):
+            x = r.a[displs[c.rank]:displs[c.rank] + counts[c.rank]].copy()
+        else:
+            x = _Msg(sendbuf, "sendbuf").elems()
+        self._check_dtype(x, r.a, "recvbuf")
+        it = x.itemsize
+        res = c.all_gather_v(_bytes(x), [k * it for k in counts])
+        _place(r.a, res.view(r.a.dtype), counts, displs)
+
+    def Gather(self, sendbuf, recvbuf, root=0) -> None:
+        c = self._c
+        if c.rank == root:
+            r = _Msg(recvbuf, "recvbuf")
+            blk = r.block(c.size)
+            out = r.a[:blk * c.size]
+            x = out[root * blk:(root + 1) * blk].copy() if _is_in_place(sendbuf) else \
+                _Msg(sendbuf, "sendbuf").elems()
+            self._check_dtype(x, out, "recvbuf")
+            c.gather(_bytes(x), root, out=_bytes(out))
+        else:
+            c.gather(_bytes(_Msg(sendbuf, "sendbuf").elems()), root)
+
+    def Gatherv(self, sendbuf, recvbuf, root=0) -> None:
+        c = self._c
+        if c.rank == root:
+            r = _Msg(recvbuf, "recvbuf")
+            counts, displs = r.v(c.size)
+            x = r.a[displs[root]:displs[root] + counts[root]].copy() \
+                if _is_in_place(sendbuf) else _Msg(sendbuf, "sendbuf").elems()
+            it = x.itemsize
+            mine = np.array([x.nbytes], np.int64)
+        else:
+            x = _Msg(sendbuf, "sendbuf").elems()
+            mine = np.array([x.nbytes], np.int64)
+        nbytes = [int(v) for v in c.all_gather(mine).tolist()]  # every member learns them
+        res = c.gather(_bytes(x), root, counts=nbytes)
+        if c.rank == root:
+            if nbytes != [k * it for k in counts]:
+                raise InvalidArgumentError(
+                    f"recvbuf: counts {counts} do not match what the ranks sent "
+                    f"({[b // it for b in nbytes]} elements)")
+            _place(r.a, res.view(r.a.dtype), counts, displs)
+
+    def Scatter(self, sendbuf, recvbuf, root=0) -> None:
+        c = self._c
+        if c.rank == root and _is_in_place(recvbuf):
+            s = _Msg(sendbuf, "sendbuf")
+            blk = s.block(c.size)
+            out = s.a[root * blk:(root + 1) * blk].copy()
+            c.scatter(_bytes(s.a[:blk * c.size]), _bytes(out), root)
+            return
+        out = _Msg(recvbuf, "recvbuf").elems()
+        x = None
+        if c.rank == root:
+            s = _Msg(sendbuf, "sendbuf")
+            x = s.a[:s.block(c.size) * c.size]
+            self._check_dtype(x, out, "recvbuf")
+        c.scatter(None if x is None else _bytes(x), _bytes(out), root)
+
+    def Scatterv(self, sendbuf, recvbuf, root=0) -> None:
+        c = self._c
+        mine_in_place = c.rank == root and _is_in_place(recvbuf)
+        out = None if mine_in_place else _Msg(recvbuf, "recvbuf").elems()
+        nbytes = [int(v) for v in c.all_gather(
+            np.array([-1 if out is None else out.nbytes], np.int64)).tolist()]
+        x = None
+        if c.rank == root:
+            s = _Msg(sendbuf, "sendbuf")
+            counts, displs = s.v(c.size)
+            it = s.a.itemsize
+            if mine_in_place:
+                nbytes[root] = counts[root] * it
+                out = s.a[displs[root]:displs[root] + counts[root]].copy()
+            x = np.concatenate([_bytes(s.a[d:d + k]) for k, d in zip(counts, displs)])
+            if nbytes != [k * it for k in counts]:
+                raise InvalidArgumentError(
+                    f"sendbuf: counts {counts} do not match the receive buffers "
+                    f"({[b // it for b in nbytes]} elements)")
+        if mine_in_place and c.rank != root:
+            raise AssertionError
+        c.scatter(x, _bytes(out), root, counts=nbytes)
+
+    def Alltoall(self, sendbuf, recvbuf) -> None:
+        c = self._c
+        r = _Msg(recvbuf, "recvbuf")
+        blk = r.block(c.size)
+        out = r.a[:blk * c.size]
+        if _is_in_place(sendbuf):
+            x = out.copy()
+        else:
+            s = _Msg(sendbuf, "sendbuf")
+            x = s.a[:s.block(c.size) * c.size]
+        self._check_dtype(x, out, "recvbuf")
+        c.all_to_all(_bytes(x), out=_bytes(out))
+
+    def Alltoallv(self, sendbuf, recvbuf) -> None:
+        c = self._c
+        r = _Msg(recvbuf, "recvbuf")
+        rc, rd = r.v(c.size)
+        if _is_in_place(sendbuf):
+            s_a, sc, sd = r.a.copy(), rc, rd
+        else:
+            s = _Msg(sendbuf, "sendbuf")
+            sc, sd = s.v(c.size)
+            s_a = s.a
+        self._check_dtype(s_a, r.a, "recvbuf")
+        it = r.a.itemsize
+        x = np.concatenate([_bytes(s_a[d:d + k]) for k, d in zip(sc, sd)]) if c.size else \
+            np.empty(0, np.uint8)
+        res = c.all_to_all_v(x, [k * it for k in sc], [k * it for k in rc])
+        _place(r.a, res.view(r.a.dtype), rc, rd)
+
+    # non-blocking collectives: they complete at the call
+    def _now(method):
+        def run(self, *args, **kwargs):
+            method(self, *args, **kwargs)
+            return _done()
+        run.__name__ = "I" + method.__name__[0].lower() + method.__name__[1:]
+        run.__doc__ = f"{method.__name__}, completed at the call; returns a done Request."
+        return run
+
+    Ibcast = _now(Bcast)
+    Iallreduce = _now(Allreduce)
+    Ireduce = _now(Reduce)
+    Ireduce_scatter = _now(Reduce_scatter)
+    Ireduce_scatter_block = _now(Reduce_scatter_block)
+    Iscan = _now(Scan)
+    Iexscan = _now(Exscan)
+    Iallgather = _now(Allgather)
+    Iallgatherv = _now(Allgatherv)
+    Igather = _now(Gather)
+    Igatherv = _now(Gatherv)
+    Iscatter = _now(Scatter)
+    Iscatterv = _now(Scatterv)
+    Ialltoall = _now(Alltoall)
+    Ialltoallv = _now(Alltoallv)
+    del _now
+
+    # --- point to point -----------------------------------------------------------------
+    def Send(self, buf, dest, tag=0) -> None:
+        self._c.send(_bytes(_Msg(buf, "buf").elems()), dest)
+
+    Ssend = Send
+
+    def Recv(self, buf, source=0, tag=_MPI.ANY_TAG, status=None) -> None:
+        if source == _MPI.ANY_SOURCE:
+            raise NotImplementedError(
+                "source: MPI.ANY_SOURCE is not emulated (receive from a named rank)")
+        out = _Msg(buf, "buf").elems()
+        self._c.recv(_bytes(out), source)
+        if status is not None:  # an mpi4py MPI.Status
+            status.Set_source(source)
+            status.Set_tag(0 if tag == _MPI.ANY_TAG else tag)
+            status.Set_elements(_MPI.BYTE, out.nbytes)
+
+    def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=0,
+                 recvtag=_MPI.ANY_TAG, status=None) -> None:
+        self.Send(sendbuf, dest, sendtag)
+        self.Recv(recvbuf, source, recvtag, status)
+
+    def Isend(self, buf, dest, tag=0) -> Request:
+        self.Send(buf, dest, tag)
+        return _done()
+
+    Issend = Isend
+
+    def Irecv(self, buf, source=0, tag=_MPI.ANY_TAG) -> Request:
+        if source == _MPI.ANY_SOURCE:
+            raise NotImplementedError(
+                "source: MPI.ANY_SOURCE is not emulated (receive from a named rank)")
+        msg = _Msg(buf, "buf")  # checked now
+        return Request(lambda: self._c.recv(_bytes(msg.elems()), source))
+
+    # --- helpers -------------------------------------------------------------------------
+    def _check_dtype(self, x, out, name):
+        if x.dtype != out.dtype:
+            self._c.refuse("front-end", InvalidArgumentError(
+                f"{name}: datatype {out.dtype} differs from the send buffer's {x.dtype}"))
+
+    def _check_same(self, x, out, name):
+        self._check_dtype(x, out, name)
+        if x.size != out.size:
+            self._c.refuse("front-end", InvalidArgumentError(
+                f"{name}: {out.size} elements but the send buffer has {x.size}"))
+
+    def _reduce_into(self, which, x, out, op, root=0, counts=None):
+        """Reduce ``x`` into ``out`` (None: nothing to write here)."""
+        c = self._c
+        dt = x.dtype
+        if dt in (np.complex64, np.complex128) and op == "sum":
+            x, out, dt = _real(x), None if out is None else _real(out), _real(x).dtype
+            counts = None if counts is None else [k * 2 for k in counts]
+        if _carried(dt):
+            if which == "all_reduce":
+                c.all_reduce(x, op, out=out)
+            elif which == "reduce":
+                c.reduce(x, root, op, out=out)
+            elif which == "reduce_scatter":
+                c.reduce_scatter_v(x, counts, op, out=out)
+            elif which == "scan":
+                c.scan(x, op, out=out)
+            elif which == "exscan":
+                c.exscan(x, op, out=out)
+            return
+        # types the kernels do not carry: gather every input, reduce in rank order
+        rows = c.all_gather(_bytes(np.ascontiguousarray(x))).view(dt).reshape(c.size, -1)
+        if which == "all_reduce" or which == "reduce" and out is not None:
+            out[...] = _reduce_rows(rows, op)
+        elif which == "reduce_scatter":
+            o = int(np.sum(counts[:c.rank]))
+            out[...] = _reduce_rows(rows[:, o:o + counts[c.rank]], op)
+        elif which == "scan":
+            out[...] = _reduce_rows(rows[:c.rank + 1], op)
+        elif which == "exscan" and c.rank > 0:
+            out[...] = _reduce_rows(rows[:c.rank], op)
+
+
+for _name in ("bcast", "send", "recv", "sendrecv", "isend", "irecv", "reduce", "allreduce",
+              "gather", "allgather", "scatter", "alltoall", "scan", "exscan", "barrier",
+              "ibarrier", "probe", "iprobe", "mprobe", "bsend", "ssend", "issend"):
+    setattr(Comm, _name, _pickle_refused(_name))
+
+Intracomm = Comm
+
+
+def _real(a: np.ndarray) -> np.ndarray:
+    return a.view(np.float32 if a.dtype == np.complex64 else np.float64)
+
+
+def _place(dst: np.ndarray, flat: np.ndarray, counts, displs) -> None:
+    off = 0
+    for k, d in zip(counts, displs):
+        dst[d:d + k] = flat[off:off + k]
+        off += k
+
+
+class _FreedCommunicator:
+    def __getattr__(self, name):
+        raise InvalidArgumentError("comm: this communicator was freed (Comm.Free)")

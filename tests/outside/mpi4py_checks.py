@@ -1,0 +1,120 @@
+"""Checks of neuron_mpi.mpi beyond mpi4py's cco suites, launched with them
+(tests/test_outside_mpi4py.py) under ``python -m neuron_mpi.mpi``: the -v forms,
+point to point, communicators, and what is refused."""
+from __future__ import annotations
+
+import array
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import neuron_mpi.mpi as facade
+
+W = MPI.COMM_WORLD
+R, N = W.Get_rank(), W.Get_size()
+
+
+def test_the_module_is_the_facade():
+    assert MPI is facade
+    assert type(W).__module__ == "neuron_mpi.mpi.comm"
+    assert W.communicator.size == N
+    assert MPI.FLOAT is not None and MPI.SUM is not None  # from the real mpi4py
+
+
+def test_v_forms():
+    counts = [r % 3 + 1 for r in range(N)]
+    displs = list(np.cumsum([0] + counts[:-1]))
+    mine = np.full(counts[R], R, np.float64)
+    out = np.full(sum(counts), -1.0)
+    W.Allgatherv(mine, [out, counts, displs, MPI.DOUBLE])
+    want = np.concatenate([np.full(c, r, np.float64) for r, c in enumerate(counts)])
+    assert np.array_equal(out, want)
+    root = N - 1
+    g = np.full(sum(counts), -1.0) if R == root else None
+    W.Gatherv(mine, [g, (counts, displs), MPI.DOUBLE] if R == root else None, root=root)
+    if R == root:
+        assert np.array_equal(g, want)
+    back = np.empty(counts[R])
+    W.Scatterv([want, counts, displs, MPI.DOUBLE] if R == root else None, back, root=root)
+    assert np.array_equal(back, mine)
+    # all-to-all-v: rank r sends j+1 ints to rank j
+    sc = [j + 1 for j in range(N)]
+    rc = [R + 1] * N
+    send = np.concatenate([np.full(j + 1, 10 * R + j, np.int32) for j in range(N)])
+    recv = np.empty(sum(rc), np.int32)
+    W.Alltoallv([send, sc, MPI.INT], [recv, rc, MPI.INT])
+    assert np.array_equal(recv, np.concatenate([np.full(R + 1, 10 * s + R, np.int32)
+                                                for s in range(N)]))
+
+
+def test_scan_and_reductions_on_array_array():
+    a = array.array("i", [R + 1] * 3)
+    b = array.array("i", [0] * 3)
+    W.Scan([a, MPI.INT], [b, MPI.INT], MPI.SUM)
+    assert list(b) == [(R + 1) * (R + 2) // 2] * 3
+    x = np.array([R + 1.5], np.longdouble)  # not a Neuron type: gathered, reduced in order
+    y = np.empty(1, np.longdouble)
+    W.Allreduce(x, y, MPI.MAX)
+    assert y[0] == N + 0.5
+
+
+def test_point_to_point():
+    if N < 2:
+        pytest.skip("needs 2 ranks")
+    right, left = (R + 1) % N, (R - 1) % N
+    out = np.empty(4, np.int64)
+    W.Sendrecv(np.full(4, R, np.int64), right, recvbuf=out, source=left)
+    assert np.array_equal(out, np.full(4, left))
+    st = MPI.Status()
+    reqs = [W.Irecv(out, source=left), W.Isend(np.full(4, 2 * R, np.int64), right)]
+    MPI.Request.Waitall(reqs)
+    assert np.array_equal(out, np.full(4, 2 * left))
+    if R == 0:
+        W.Send(np.arange(3.0), 1)
+    elif R == 1:
+        got = np.empty(3)
+        W.Recv(got, 0, status=st)
+        assert np.array_equal(got, np.arange(3.0)) and st.Get_source() == 0
+
+
+def test_communicators():
+    d = W.Dup()
+    assert d.Get_size() == N and d != W
+    d.Barrier()
+    d.Free()
+    half = W.Split(color=R % 2, key=-R)  # reversed order inside each half
+    members = [r for r in range(N) if r % 2 == R % 2]
+    assert half.Get_size() == len(members)
+    assert half.Get_rank() == sorted(members, reverse=True).index(R)
+    v = np.array([R], np.int64)
+    half.Allreduce(MPI.IN_PLACE, v, MPI.SUM)
+    assert v[0] == sum(members)
+    if R < 2 or N == 1:
+        ranks = [0, 1] if N > 1 else [0]
+        g = W.Create_group(W.Get_group().Incl(ranks))
+        assert g.Get_size() == len(ranks)
+        g.Barrier()
+    W.Barrier()
+    s = MPI.COMM_SELF
+    assert s.Get_size() == 1 and s.Get_rank() == 0
+
+
+def test_refused_clearly():
+    with pytest.raises(NotImplementedError, match="pickle"):
+        W.bcast({"a": 1}, root=0)
+    with pytest.raises(NotImplementedError, match="pickle"):
+        W.allreduce(1)
+    t = MPI.INT.Create_contiguous(2).Commit()
+    with pytest.raises(NotImplementedError, match="derived datatypes"):
+        W.Bcast([np.zeros(4, np.int32), 2, t])
+    t.Free()
+    with pytest.raises(NotImplementedError, match="ANY_SOURCE"):
+        W.Recv(np.zeros(1), source=MPI.ANY_SOURCE)
+    W.Barrier()  # still usable
+
+
+def test_bad_buffer_names_the_argument():
+    with pytest.raises(ValueError, match="sendbuf"):
+        W.Allreduce(object(), np.zeros(1), MPI.SUM)
+    W.Barrier()

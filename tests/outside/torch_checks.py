@@ -1,0 +1,188 @@
+"""Checks of the "neuron" backend itself, launched with torch_suite.py in the same
+mpiexec run (tests/test_outside_torch.py): dtypes bit for bit, the rooted and
+all-to-all forms, async Work, groups, and the errors on bad input (every rank
+raises, before data moves, and the group stays usable)."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+
+import neuron_mpi as nm
+import neuron_mpi.torch  # noqa: F401
+
+if not dist.is_initialized():
+    dist.init_process_group("neuron")
+
+R, N = dist.get_rank(), dist.get_world_size()
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.float8_e4m3fn,
+          torch.float8_e5m2, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
+NP = {torch.bfloat16: ml_dtypes.bfloat16, torch.float8_e4m3fn: ml_dtypes.float8_e4m3fn,
+      torch.float8_e5m2: ml_dtypes.float8_e5m2}
+
+
+def ints(rank, n=24):
+    return (np.arange(n) * 3 + rank * 5) % 7 - 3 + (rank % 2)
+
+
+def as_t(a, dtype):
+    return torch.tensor(a, dtype=torch.float64).to(dtype)
+
+
+# AVG: floating types (torch defines it for those); uint8: no negative data
+CASES = [(d, op) for d in DTYPES for op in ("SUM", "MAX", "MIN", "PRODUCT", "AVG")
+         if d.is_floating_point or op != "AVG"]
+
+
+@pytest.mark.parametrize("dtype,op", CASES, ids=[f"{d}-{o}" for d, o in CASES])
+def test_all_reduce_dtypes_exact(dtype, op):
+    rows = np.stack([np.abs(ints(r)) if dtype == torch.uint8 else ints(r) for r in range(N)])
+    if op == "PRODUCT":
+        rows = np.clip(rows, -1, 2)
+    t = as_t(rows[R], dtype)
+    dist.all_reduce(t, op=getattr(dist.ReduceOp, op))
+    # reference: numpy in the same dtype (numpy / ml_dtypes), reduced exactly
+    acc = {"SUM": rows.sum(0), "MAX": rows.max(0), "MIN": rows.min(0),
+           "PRODUCT": rows.prod(0), "AVG": rows.sum(0)}[op].astype(np.float64)
+    want = as_t(acc, dtype)
+    if op == "AVG":
+        want = (want.float() / N).to(dtype) if dtype in NP or dtype == torch.float16 else want / N
+    assert torch.equal(t.double(), want.double()), (t, want)  # values (0.0 == -0.0)
+
+
+def test_collective_forms():
+    x = torch.arange(4 * N, dtype=torch.int64) + 100 * R
+    out = torch.empty(4 * N * N, dtype=torch.int64)
+    dist.all_gather_into_tensor(out, x)
+    assert torch.equal(out.view(N, -1)[3], torch.arange(4 * N) + 300 % (100 * N) if N > 3
+                       else out.view(N, -1)[3])
+    rs = torch.empty(4, dtype=torch.int64)
+    dist.reduce_scatter_tensor(rs, x)
+    assert torch.equal(rs, (torch.arange(4) + 4 * R) * N + 100 * sum(range(N)))
+    # all_to_all_single with split sizes: rank r sends r+1 rows to each rank
+    send = torch.full(((R + 1) * N, 2), float(R))
+    recv = torch.empty((sum(s + 1 for s in range(N)), 2))
+    dist.all_to_all_single(recv, send, [s + 1 for s in range(N)], [R + 1] * N)
+    want = torch.cat([torch.full((s + 1, 2), float(s)) for s in range(N)])
+    assert torch.equal(recv, want)
+    # reduce / gather / scatter to the last rank
+    root = N - 1
+    t = torch.tensor([float(R + 1)])
+    dist.reduce(t, dst=root, op=dist.ReduceOp.MAX)
+    if R == root:
+        assert t.item() == N
+    g = [torch.empty(2, dtype=torch.int32) for _ in range(N)] if R == root else None
+    dist.gather(torch.tensor([R, -R], dtype=torch.int32), g, dst=root)
+    if R == root:
+        assert [v.tolist() for v in g] == [[r, -r] for r in range(N)]
+    s = torch.empty(3)
+    dist.scatter(s, [torch.full((3,), float(i)) for i in range(N)] if R == root else None,
+                 src=root)
+    assert torch.equal(s, torch.full((3,), float(R)))
+
+
+def test_async_work_and_future():
+    t = torch.ones(5, dtype=torch.bfloat16)
+    w = dist.all_reduce(t, async_op=True)
+    fut = w.get_future()
+    assert w.wait()
+    assert fut.wait()[0] is t or torch.equal(fut.wait()[0], t)
+    assert torch.equal(t, torch.full((5,), float(N), dtype=torch.bfloat16))
+    if N >= 2:
+        peer = R ^ 1
+        if peer < N:
+            buf = torch.empty(3)
+            reqs = [dist.isend(torch.full((3,), float(R)), peer), dist.irecv(buf, peer)]
+            for q in reqs:
+                q.wait()
+            assert torch.equal(buf, torch.full((3,), float(peer)))
+
+
+def test_groups_and_names():
+    pairs = [[i, i + 1] for i in range(0, N - 1, 2)]
+    groups = [dist.new_group(p) for p in pairs]
+    for p, g in zip(pairs, groups):
+        if R in p:
+            t = torch.tensor([R])
+            dist.all_reduce(t, group=g)
+            assert t.item() == sum(p)
+            assert isinstance(g.group_name, str) and g.group_name
+    sub, _ = dist.new_subgroups(group_size=2)
+    t = torch.tensor([1])
+    dist.all_reduce(t, group=sub)
+    assert t.item() == 2
+
+
+def test_bad_device_refused_on_every_rank():
+    with pytest.raises(nm.InvalidArgumentError, match="tensor: .*CPU tensors.*meta"):
+        dist.all_reduce(torch.empty(4, device="meta"))
+    t = torch.ones(2)
+    dist.all_reduce(t)  # the group is still usable
+    assert t[0].item() == N
+
+
+def test_one_rank_bad_device_fails_everyone():
+    t = torch.empty(4, device="meta") if R == 0 else torch.ones(4)
+    with pytest.raises(nm.NeuronMPIError) as e:
+        dist.all_reduce(t)
+    if R == 0:
+        assert "meta" in str(e.value)
+    else:
+        assert "rank(s) 0" in str(e.value)
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    assert t[0].item() == N
+
+
+def test_unsupported_dtype_names_the_argument():
+    with pytest.raises(nm.InvalidArgumentError, match="tensor: unsupported dtype torch.bool"):
+        dist.all_reduce(torch.ones(3, dtype=torch.bool))
+    with pytest.raises(nm.InvalidArgumentError, match="op"):
+        dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND)
+
+
+def test_mismatched_shapes_fail_on_every_rank():
+    g = dist.new_group(list(range(N)))  # a mismatch fails its communicator for good
+    t = torch.ones(3 if R == 0 else 4)
+    with pytest.raises(nm.CollectiveMismatchError, match="count: rank 0: 3"):
+        dist.all_reduce(t, group=g)
+    with pytest.raises(nm.CommunicatorFailedError):
+        dist.all_reduce(torch.ones(4), group=g)
+    t = torch.ones(4)
+    dist.all_reduce(t)  # the default group is untouched
+    assert t[0].item() == N
+
+
+def test_refused_group_raises_on_its_members():
+    if N < 4:
+        pytest.skip("needs 4 ranks")
+    if R < 3:
+        with pytest.raises(nm.UnsupportedGroupError, match=r"group \[0, 1, 2\] of 3 ranks"):
+            dist.new_group([0, 1, 2])
+    else:
+        dist.new_group([0, 1, 2])  # torch creates nothing on a non-member
+    dist.barrier()
+
+
+def _example(name):
+    import importlib
+    import sys
+    from pathlib import Path
+    examples = str(Path(__file__).resolve().parents[2] / "examples")
+    if examples not in sys.path:
+        sys.path.insert(0, examples)
+    return importlib.import_module(name)
+
+
+@pytest.mark.parametrize("name", ["ddp_train", "fsdp2_train"])
+def test_example_identical_to_gloo(name, capsys):
+    """examples/ddp_train.py and fsdp2_train.py with --compare gloo, in this launch
+    (their run(): the default group is already the neuron one)."""
+    assert _example(name).run(steps=4, compare="gloo")
+    if R == 0:
+        line = capsys.readouterr().out.strip().splitlines()[-1]
+        assert line.endswith("identical on every rank, identical to gloo"), line
+        assert f"on {N} ranks" in line

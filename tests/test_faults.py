@@ -487,7 +487,8 @@ def test_repeated_calls_keep_nothing_per_call():
     async, on the world and the halves, send/recv, a rejected argument) leave every
     per-rank structure with the entries it had (inbox, queue, executions in flight,
     plans, point-to-point counters, flight recorder, schedule and next-hop caches,
-    boards, numba specialisations), fewer new objects for the cycle collector than a
+    boards, numba specialisations) and, over the second half of the rounds, fewer new
+    objects for the cycle collector than a
     quarter per call and fewer new pymalloc blocks than half a block per call
     (docs/reliability.md, Soak: what one such entry or object per call adds)."""
     launch = job("steady")
@@ -503,8 +504,9 @@ def test_repeated_calls_keep_nothing_per_call():
         assert r["census_after"]["recorder"] == r["recorder_depth"], r
         for k in ("inbox", "outq", "active"):
             assert r["census_after"][k] == 0, (k, r)
-        grew = {k: r["probe_after"][k] - r["probe_before"][k] for k in r["probe_before"]}
-        # one-time offsets (85 objects, ~360 blocks on this host) are allowed; one
-        # object or block kept per call would add about `calls`
-        assert grew["gc_objects"] < calls / 4, (grew, r)
-        assert grew["pymalloc_blocks"] < calls / 2, (grew, r)
+        # the second half of the rounds: one-time offsets (a few hundred objects and
+        # blocks on this host, first uses after the warm-up) land in the first half;
+        # one object or block kept per call would add about `calls / 2` here too
+        grew = {k: r["probe_after"][k] - r["probe_middle"][k] for k in r["probe_middle"]}
+        assert grew["gc_objects"] < calls / 8, (grew, r)
+        assert grew["pymalloc_blocks"] < calls / 4, (grew, r)

@@ -9,7 +9,8 @@ plans and schedules it will ever hold. The program runs 24 warm-up rounds (the
 flight recorder full), counts
 (benchmarks/soak.py's ``census`` and ``probe``) the entries of every per-rank
 structure that lives across calls and the objects the cycle collector tracks, runs
-ROUNDS more rounds (default 40) and counts again. A structure that keeps an entry
+ROUNDS more rounds (default 40) and counts again (the objects also half-way, so
+that a one-time offset, which lands in the first half, is told from growth per call). A structure that keeps an entry
 per call (the engine's inbox, executions in flight, sequence-keyed dicts, the flight
 recorder past its depth) or Python objects kept per call show as growth; every rank
 prints one JSON line ``steady {...}`` with the counts before and after.
@@ -89,7 +90,12 @@ def main() -> int:
     before = dict(zip(soak.PROBE, soak.probe(True))), dict(zip(soak.CENSUS,
                                                            soak.census(w, comms)))
     seq0 = w._seq
-    for _ in range(rounds):
+    middle = None
+    for k in range(rounds):
+        if k == rounds // 2:
+            w.barrier(timeout=60)
+            soak.gc.collect()
+            middle = dict(zip(soak.PROBE, soak.probe(True)))
         one_round(w, half, r, fails)
     w.barrier(timeout=60)
     soak.gc.collect()
@@ -97,7 +103,7 @@ def main() -> int:
                                                           soak.census(w, comms)))
     print("steady " + json.dumps({
         "rank": r, "rounds": rounds, "world_calls": w._seq - seq0, "fails": fails[:5],
-        "probe_before": before[0], "probe_after": after[0],
+        "probe_before": before[0], "probe_middle": middle, "probe_after": after[0],
         "census_before": before[1], "census_after": after[1],
         "recorder_depth": w._recorder.entries.maxlen}), flush=True)
     return 0

@@ -37,6 +37,7 @@ from .transport.native import TIMEOUT
 
 POLL_MIN = 5e-5  # s: first pause when an MPI transport has to be polled
 POLL_MAX = 2e-3
+AGENT_SLICE = 5e-3  # s: how long the agent runs one execution compiled, holding the lock
 
 
 class Pending:
@@ -297,7 +298,7 @@ class Engine:
             if moved:
                 pause = POLL_MIN
                 continue
-            if start is not None and start.agreeing:
+            if any(e.agreeing for e in self.active):
                 # the board's counter, not the doorbell, moves: poll it
                 self.bell.sleep(seen, min(pause, 1e-3) if deadline is None else
                                 min(pause, 1e-3, max(0.0, deadline - time.monotonic())))
@@ -311,6 +312,15 @@ class Engine:
         a sender waiting for one of this rank's landing slots."""
         return bool(self.active or self.outq or self.mpi is not None
                     or (self.shm is not None and self.shm.wanted()))
+
+    def solo_native(self):
+        """The one execution in flight, when it is compiled and nothing else waits
+        (no queue, no inbox, no MPI transport): the agent then runs it compiled, in
+        slices of AGENT_SLICE, as a blocking caller would. Else None."""
+        if len(self.active) != 1 or self.outq or self.inbox or self.mpi is not None:
+            return None
+        ex = self.active[0]
+        return None if ex.done or ex.plan.native is None else ex
 
     def solo(self) -> bool:
         """Nothing else in flight: a blocking call may run compiled to its end."""
@@ -439,6 +449,12 @@ class Agent(threading.Thread):
                     if eng.driving:
                         continue
                     seen = eng.bell.value()
+                    ex = eng.solo_native()
+                    if ex is not None:
+                        try:  # an async call while the program computes
+                            ex.run(time.monotonic() + AGENT_SLICE)
+                        except BaseException as e:  # its waiter raises it
+                            ex.fail(e)
                     moved = eng.progress()
                 finally:
                     eng.lock.release()

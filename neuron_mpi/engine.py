@@ -456,6 +456,8 @@ class Agent(threading.Thread):
                         except BaseException as e:  # its waiter raises it
                             ex.fail(e)
                     moved = eng.progress()
+                    # the board's counter, not the doorbell, moves an agreement
+                    agreeing = any(e.agreeing for e in eng.active)
                 finally:
                     eng.lock.release()
                 if moved:
@@ -463,7 +465,8 @@ class Agent(threading.Thread):
                     continue
                 if self._halt or eng.driving:
                     continue
-                eng.bell.sleep(seen, pause if eng.mpi is not None else None)
+                eng.bell.sleep(seen, 1e-3 if agreeing else
+                               pause if eng.mpi is not None else None)
                 pause = min(pause * 2, POLL_MAX)
         except BaseException as e:  # never die silently: the waiters would hang
             if not MPI.Is_finalized() and not self._halt:

@@ -242,10 +242,9 @@ class Communicator:
                     "all_reduce", "reduce_scatter", "reduce_scatter_v", "reduce", "scan",
                     "exscan") else None,
                     root, dig, algo)
-                if rows is None and plan.native is not None and eng.solo():
-                    # one compiled run: the agreement, then the data (async: the
-                    # agent runs both while the program computes; a mismatch is
-                    # raised by wait(), still before any data moved)
+                if (not async_op and rows is None and plan.native is not None
+                        and eng.solo()):
+                    # one compiled run: the agreement, then the data
                     agreement = self._control.board_agreement(fp, op, seq)
                 if agreement is None:
                     self._exchange(fp, op, timeout, rows)

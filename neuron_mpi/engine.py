@@ -37,7 +37,6 @@ from .transport.native import TIMEOUT
 
 POLL_MIN = 5e-5  # s: first pause when an MPI transport has to be polled
 POLL_MAX = 2e-3
-AGENT_SLICE = 5e-3  # s: how long the agent runs one execution compiled, holding the lock
 
 
 class Pending:
@@ -298,7 +297,7 @@ class Engine:
             if moved:
                 pause = POLL_MIN
                 continue
-            if any(e.agreeing for e in self.active):
+            if start is not None and start.agreeing:
                 # the board's counter, not the doorbell, moves: poll it
                 self.bell.sleep(seen, min(pause, 1e-3) if deadline is None else
                                 min(pause, 1e-3, max(0.0, deadline - time.monotonic())))
@@ -312,15 +311,6 @@ class Engine:
         a sender waiting for one of this rank's landing slots."""
         return bool(self.active or self.outq or self.mpi is not None
                     or (self.shm is not None and self.shm.wanted()))
-
-    def solo_native(self):
-        """The one execution in flight, when it is compiled and nothing else waits
-        (no queue, no inbox, no MPI transport): the agent then runs it compiled, in
-        slices of AGENT_SLICE, as a blocking caller would. Else None."""
-        if len(self.active) != 1 or self.outq or self.inbox or self.mpi is not None:
-            return None
-        ex = self.active[0]
-        return None if ex.done or ex.plan.native is None else ex
 
     def solo(self) -> bool:
         """Nothing else in flight: a blocking call may run compiled to its end."""
@@ -449,15 +439,7 @@ class Agent(threading.Thread):
                     if eng.driving:
                         continue
                     seen = eng.bell.value()
-                    ex = eng.solo_native()
-                    if ex is not None:
-                        try:  # an async call while the program computes
-                            ex.run(time.monotonic() + AGENT_SLICE)
-                        except BaseException as e:  # its waiter raises it
-                            ex.fail(e)
                     moved = eng.progress()
-                    # the board's counter, not the doorbell, moves an agreement
-                    agreeing = any(e.agreeing for e in eng.active)
                 finally:
                     eng.lock.release()
                 if moved:
@@ -465,8 +447,7 @@ class Agent(threading.Thread):
                     continue
                 if self._halt or eng.driving:
                     continue
-                eng.bell.sleep(seen, 1e-3 if agreeing else
-                               pause if eng.mpi is not None else None)
+                eng.bell.sleep(seen, pause if eng.mpi is not None else None)
                 pause = min(pause * 2, POLL_MAX)
         except BaseException as e:  # never die silently: the waiters would hang
             if not MPI.Is_finalized() and not self._halt:

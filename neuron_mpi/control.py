@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from .engine import CENSUS_XID
 from .errors import CollectiveTimeoutError
 from .executor import Execution, Plan
 from .transport.segment import FP_WORDS
@@ -156,12 +157,12 @@ class Control:
         eng = comm._engine
         empty = np.empty(0, np.uint8)
         me = comm.rank
-        keys = {m: (comm._id, seq, -1_000_000 - m, 0) for m in range(comm.size) if m != me}
+        keys = {m: (comm._id, seq, CENSUS_XID - m, 0) for m in range(comm.size) if m != me}
 
         def post_and_check():
             if not posted:
                 for m in keys:
-                    eng.send((comm._id, seq, -1_000_000 - me, 0), comm.ranks[m], empty, 0)
+                    eng.send((comm._id, seq, CENSUS_XID - me, 0), comm.ranks[m], empty, 0)
                 posted.append(True)
             return all(eng.has(k) for k in keys.values())
 

@@ -35,6 +35,7 @@ from .router import NextHops
 from .transport import Arrival, futex, private_arrival
 from .transport.native import TIMEOUT
 
+CENSUS_XID = -1_000_000  # the census's pieces: transfer CENSUS_XID - member
 POLL_MIN = 5e-5  # s: first pause when an MPI transport has to be polled
 POLL_MAX = 2e-3
 AGENT_SLICE = 5e-3  # s: how long the agent runs one execution compiled, holding the lock
@@ -148,9 +149,11 @@ class Engine:
         return p
 
     def _charge(self, hop, nbytes: int, key) -> None:
-        """Count one piece on every link of its hop, unless it is control traffic
-        (the routed agreement and the census: negative call or transfer numbers)."""
-        if key[1] < 0 or key[2] < 0:
+        """Count one piece on every link of its hop, unless it is control traffic:
+        the routed agreement (negative call numbers) or the census (transfer numbers
+        at CENSUS_XID and below). Point-to-point messages (transfer -1 - source rank)
+        are counted."""
+        if key[1] < 0 or key[2] <= CENSUS_XID:
             return
         c = hop.charges
         if len(c) == 2:

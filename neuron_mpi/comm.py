@@ -715,9 +715,16 @@ class Communicator:
         return child
 
     def wait_mpi(self, requests) -> None:
-        """Wait for the user's own mpi4py requests. (The engine's agent forwards and
-        finishes neuron_mpi work meanwhile, so a plain MPI wait would do as well.)"""
+        """Wait for the user's own mpi4py requests while neuron_mpi work (pieces to
+        forward, async calls) goes on. With the engine's agent running (always on
+        shared memory; across hosts it needs MPI_THREAD_MULTIPLE) that is a plain
+        MPI wait, which every rank leaves as promptly as MPI's own; otherwise this
+        thread polls the requests and sleeps between polls."""
         reqs = list(requests)
+        eng = self._engine
+        if eng.agent.is_alive() and (eng.mpi is None or eng.threaded):
+            MPI.Request.Waitall(reqs)
+            return
         pause = 1e-4
         while not MPI.Request.Testall(reqs):
             time.sleep(pause)

@@ -339,10 +339,13 @@ class Engine:
                 ex.fail(err)
 
     def start(self, ex) -> None:
-        """Put an execution in flight; the agent (or any waiter) advances it."""
+        """Put an execution in flight (an async call) and return: the agent advances
+        it while the program computes. Only when the agent cannot (an MPI transport
+        without MPI_THREAD_MULTIPLE) does this thread make a first pass."""
         with self.lock:
             self.active.append(ex)
-            self.progress()
+            if self.mpi is not None and not self.threaded:
+                self.progress()
         self.agent.poke()
         self.bell.ring()
 
@@ -459,7 +462,8 @@ class Agent(threading.Thread):
                             ex.run(time.monotonic() + AGENT_SLICE)
                         except BaseException as e:  # its waiter raises it
                             ex.fail(e)
-                    moved = eng.progress()
+                    moved = eng.progress() or ex is not None  # (the slice slept in
+                    # the compiled run: go on with the next one at once)
                     # the board's counter, not the doorbell, moves an agreement
                     agreeing = any(e.agreeing for e in eng.active)
                 finally:

@@ -242,10 +242,13 @@ class Communicator:
                     "all_reduce", "reduce_scatter", "reduce_scatter_v", "reduce", "scan",
                     "exscan") else None,
                     root, dig, algo)
-                if (not async_op and rows is None and plan.native is not None
-                        and eng.solo()):
-                    # one compiled run: the agreement, then the data
-                    agreement = self._control.board_agreement(fp, op, seq)
+                if rows is None and plan.native is not None and eng.solo():
+                    # one compiled run: the agreement, then the data (async: the
+                    # agent runs both while the program computes; a mismatch is
+                    # raised by wait(), still before any data moved)
+                    agreement = self._control.board_agreement(
+                        fp, op, seq, deadline,
+                        lambda: self._agreement_timeout(op, seq, seconds))
                 if agreement is None:
                     self._exchange(fp, op, timeout, rows)
         except NeuronMPIError as e:
@@ -263,6 +266,8 @@ class Communicator:
         ex = Execution(eng, plan, bufs, self._id, seq, op, "sum" if avg else reduce_op,
                        agreement, tr)
         ex.algorithm = algo
+        if agreement is not None:
+            agreement.execution = ex
 
         def on_timeout():
             if ex.agreeing:
@@ -273,7 +278,7 @@ class Communicator:
         def wait():
             try:
                 eng.drive(lambda: ex.done, deadline, on_timeout,
-                          start=None if async_op else ex)
+                          start=None if async_op else ex, lone=ex)
             except NeuronMPIError as e:
                 if call is not None:
                     tr.call_end(call, e)
@@ -710,9 +715,16 @@ class Communicator:
         return child
 
     def wait_mpi(self, requests) -> None:
-        """Wait for the user's own mpi4py requests. (The engine's agent forwards and
-        finishes neuron_mpi work meanwhile, so a plain MPI wait would do as well.)"""
+        """Wait for the user's own mpi4py requests while neuron_mpi work (pieces to
+        forward, async calls) goes on. With the engine's agent running (always on
+        shared memory; across hosts it needs MPI_THREAD_MULTIPLE) that is a plain
+        MPI wait, which every rank leaves as promptly as MPI's own; otherwise this
+        thread polls the requests and sleeps between polls."""
         reqs = list(requests)
+        eng = self._engine
+        if eng.agent.is_alive() and (eng.mpi is None or eng.threaded):
+            MPI.Request.Waitall(reqs)
+            return
         pause = 1e-4
         while not MPI.Request.Testall(reqs):
             time.sleep(pause)

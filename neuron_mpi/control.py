@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from .engine import CENSUS_XID
 from .errors import CollectiveTimeoutError
 from .executor import Execution, Plan
 from .transport.segment import FP_WORDS
@@ -41,6 +42,7 @@ class Control:
         self._resolved = False
         self._b = None
         self._parity = 0
+        self._open = None  # the last BoardAgreement handed to an execution
 
     @property
     def _board(self):
@@ -63,16 +65,45 @@ class Control:
         ``expired()`` (a CollectiveTimeoutError) with the absent members named."""
         vec = np.ascontiguousarray(vec, np.int64).reshape(-1)
         if self._board is not None and vec.size <= FP_WORDS:
+            self.settle(deadline, expired)
             return self._on_board(vec, seq, deadline, expired)
         return self._routed(vec, seq, which, deadline, expired)
 
-    def board_agreement(self, fp: np.ndarray, op: str, seq: int):
+    def board_agreement(self, fp: np.ndarray, op: str, seq: int, deadline=None,
+                        expired=None):
         """The agreement on ``fp`` as a step of a compiled execution (see
-        BoardAgreement), or None when this communicator has no board."""
+        BoardAgreement), or None when this communicator has no board. The caller
+        sets its ``execution``."""
         b = self._board
         if b is None or fp.size > FP_WORDS:
             return None
-        return BoardAgreement(self, b, np.ascontiguousarray(fp, np.int64), op, seq)
+        self.settle(deadline, expired)
+        self._open = BoardAgreement(self, b, np.ascontiguousarray(fp, np.int64), op, seq)
+        return self._open
+
+    def settle(self, deadline, expired) -> None:
+        """Wait until the agreement of this communicator's previous call has finished
+        on this rank, when that call's execution runs it (an async call returns before
+        its members agreed). Agreements take turns: a member publishes its row for
+        call k only after it has read the table of call k - 1, which keeps Board's
+        two-parity rule with calls in flight. Past ``deadline`` raises ``expired()``."""
+        ag = self._open
+        if ag is None:
+            return
+        ex = ag.execution
+        if not ag.finished and ex is not None and not ex.done:
+            eng = self.comm._engine
+            try:
+                eng.drive(lambda: ag.finished or ex.done, deadline, expired)
+            except CollectiveTimeoutError as err:
+                raise self._named(err, ag.absent())
+        if not ag.finished:
+            # its execution ended inside the agreement: the board's turn is lost
+            err = ex.error if ex is not None and ex.error is not None else None
+            raise CollectiveTimeoutError(
+                f"{ag.op} (call {ag.seq} on this communicator) ended before its members "
+                f"agreed on the arguments ({err}); the next call cannot agree")
+        self._open = None
 
     # --- board ------------------------------------------------------------------------
     def _on_board(self, vec, seq, deadline, expired):
@@ -126,12 +157,12 @@ class Control:
         eng = comm._engine
         empty = np.empty(0, np.uint8)
         me = comm.rank
-        keys = {m: (comm._id, seq, -1_000_000 - m, 0) for m in range(comm.size) if m != me}
+        keys = {m: (comm._id, seq, CENSUS_XID - m, 0) for m in range(comm.size) if m != me}
 
         def post_and_check():
             if not posted:
                 for m in keys:
-                    eng.send((comm._id, seq, -1_000_000 - me, 0), comm.ranks[m], empty, 0)
+                    eng.send((comm._id, seq, CENSUS_XID - me, 0), comm.ranks[m], empty, 0)
                 posted.append(True)
             return all(eng.has(k) for k in keys.values())
 
@@ -178,6 +209,7 @@ class BoardAgreement:
         self.op = op
         self.seq = seq
         self.finished = False
+        self.execution = None  # the Execution that runs it (set by the caller)
 
     def finish(self) -> None:
         """Every member has arrived: the parity turns over, as on the Python path."""

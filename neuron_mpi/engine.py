@@ -35,8 +35,10 @@ from .router import NextHops
 from .transport import Arrival, futex, private_arrival
 from .transport.native import TIMEOUT
 
+CENSUS_XID = -1_000_000  # the census's pieces: transfer CENSUS_XID - member
 POLL_MIN = 5e-5  # s: first pause when an MPI transport has to be polled
 POLL_MAX = 2e-3
+AGENT_SLICE = 5e-3  # s: how long the agent runs one execution compiled, holding the lock
 
 
 class Pending:
@@ -147,9 +149,11 @@ class Engine:
         return p
 
     def _charge(self, hop, nbytes: int, key) -> None:
-        """Count one piece on every link of its hop, unless it is control traffic
-        (the routed agreement and the census: negative call or transfer numbers)."""
-        if key[1] < 0 or key[2] < 0:
+        """Count one piece on every link of its hop, unless it is control traffic:
+        the routed agreement (negative call numbers) or the census (transfer numbers
+        at CENSUS_XID and below). Point-to-point messages (transfer -1 - source rank)
+        are counted."""
+        if key[1] < 0 or key[2] <= CENSUS_XID:
             return
         c = hop.charges
         if len(c) == 2:
@@ -259,15 +263,17 @@ class Engine:
             t = left if t is None else min(t, left)
         return t
 
-    def drive(self, done, deadline=None, on_timeout=None, start=None) -> None:
+    def drive(self, done, deadline=None, on_timeout=None, start=None, lone=None) -> None:
         """Progress on the calling thread until ``done()`` (called with the lock
         held) is true; past ``deadline`` (time.monotonic()) raise ``on_timeout()``.
-        ``start``: an execution to put in flight first."""
+        ``start``: an execution to put in flight first; ``lone``: one already in
+        flight (an async call's wait). Either runs compiled while it is the only
+        work in flight."""
         self.driving += 1
         try:
             with self.lock:
                 try:
-                    self._drive(done, deadline, on_timeout, start)
+                    self._drive(done, deadline, on_timeout, start, lone)
                 except BaseException as e:
                     if start is not None and not start.done and not isinstance(e, Exception):
                         start.fail(e)  # nobody may run it further
@@ -277,16 +283,15 @@ class Engine:
             if self.background():
                 self.agent.poke()
 
-    def _drive(self, done, deadline, on_timeout, start) -> None:
+    def _drive(self, done, deadline, on_timeout, start, lone) -> None:
         if start is not None:
             self.active.append(start)
+            lone = start
         pause = POLL_MIN
         while True:
-            if (start is not None and start.plan.native is not None and not start.done
-                    and len(self.active) == 1 and not self.outq and not self.inbox
-                    and self.mpi is None):
+            if lone is not None and self.solo_native() is lone:
                 # the only work in flight: run it compiled, to its end
-                if start.run(deadline) == TIMEOUT:
+                if lone.run(deadline) == TIMEOUT:
                     raise on_timeout()
             seen = self.bell.value()
             moved = self.progress()
@@ -297,7 +302,7 @@ class Engine:
             if moved:
                 pause = POLL_MIN
                 continue
-            if start is not None and start.agreeing:
+            if any(e.agreeing for e in self.active):
                 # the board's counter, not the doorbell, moves: poll it
                 self.bell.sleep(seen, min(pause, 1e-3) if deadline is None else
                                 min(pause, 1e-3, max(0.0, deadline - time.monotonic())))
@@ -312,6 +317,15 @@ class Engine:
         return bool(self.active or self.outq or self.mpi is not None
                     or (self.shm is not None and self.shm.wanted()))
 
+    def solo_native(self):
+        """The one execution in flight, when it is compiled and nothing else waits
+        (no queue, no inbox, no MPI transport): the agent then runs it compiled, in
+        slices of AGENT_SLICE, as a blocking caller would. Else None."""
+        if len(self.active) != 1 or self.outq or self.inbox or self.mpi is not None:
+            return None
+        ex = self.active[0]
+        return None if ex.done or ex.plan.native is None else ex
+
     def solo(self) -> bool:
         """Nothing else in flight: a blocking call may run compiled to its end."""
         return not (self.active or self.outq or self.inbox) and self.mpi is None
@@ -325,10 +339,13 @@ class Engine:
                 ex.fail(err)
 
     def start(self, ex) -> None:
-        """Put an execution in flight; the agent (or any waiter) advances it."""
+        """Put an execution in flight (an async call) and return: the agent advances
+        it while the program computes. Only when the agent cannot (an MPI transport
+        without MPI_THREAD_MULTIPLE) does this thread make a first pass."""
         with self.lock:
             self.active.append(ex)
-            self.progress()
+            if self.mpi is not None and not self.threaded:
+                self.progress()
         self.agent.poke()
         self.bell.ring()
 
@@ -439,7 +456,16 @@ class Agent(threading.Thread):
                     if eng.driving:
                         continue
                     seen = eng.bell.value()
-                    moved = eng.progress()
+                    ex = eng.solo_native()
+                    if ex is not None:
+                        try:  # an async call while the program computes
+                            ex.run(time.monotonic() + AGENT_SLICE)
+                        except BaseException as e:  # its waiter raises it
+                            ex.fail(e)
+                    moved = eng.progress() or ex is not None  # (the slice slept in
+                    # the compiled run: go on with the next one at once)
+                    # the board's counter, not the doorbell, moves an agreement
+                    agreeing = any(e.agreeing for e in eng.active)
                 finally:
                     eng.lock.release()
                 if moved:
@@ -447,7 +473,8 @@ class Agent(threading.Thread):
                     continue
                 if self._halt or eng.driving:
                     continue
-                eng.bell.sleep(seen, pause if eng.mpi is not None else None)
+                eng.bell.sleep(seen, 1e-3 if agreeing else
+                               pause if eng.mpi is not None else None)
                 pause = min(pause * 2, POLL_MAX)
         except BaseException as e:  # never die silently: the waiters would hang
             if not MPI.Is_finalized() and not self._halt:

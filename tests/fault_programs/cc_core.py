@@ -2,7 +2,8 @@
 
     mpiexec -n 16 python -m mpi4py tests/fault_programs/cc_core.py   (trn2.48xlarge)
 
-1. async: every rank starts an async all_reduce and sleeps 1 s outside neuron_mpi;
+1. async: after a barrier, every rank starts an async all_reduce and sleeps 1 s
+   outside neuron_mpi (the call returns before its members have agreed);
    the all_reduce must have completed during the sleep (its end time is before the
    sleep ends, and the handle is done before anyone waits on it).
 2. route: ranks 0 and 8 (core 0 of chips 0 and 2 on one row of the torus) form a
@@ -27,6 +28,7 @@ def main() -> int:
     # 1. an async all_reduce finishes while its rank sleeps
     x = np.arange(1 << 14, dtype=np.float32) + r
     want = np.arange(1 << 14, dtype=np.float32) * n + n * (n - 1) / 2
+    w.barrier()  # the call returns before its members agreed: start the sleeps together
     h = w.all_reduce(x, async_op=True)
     time.sleep(1.0)
     woke = time.perf_counter()

@@ -172,6 +172,13 @@ def cases(n: int) -> list[Case]:
             return _call(op, c, x, op="max" if c.rank == last else "sum"), None
         out.append(Case(f"redop-{op}", "mismatch", run, field="reduce op", offender=last))
 
+    # an async call: the mismatch is raised by wait() at the latest, before data moved
+    def run(c, ctx):
+        x = ctx.inp(data(c.rank, 9 if c.rank == last else 8))
+        return c.all_reduce(x, async_op=True, timeout=LONG).wait(), None
+    out.append(Case("count-async-all_reduce", "mismatch", run, field="count",
+                    offender=last))
+
     # broadcast root mismatch
     def run(c, ctx):
         x = ctx.inp(data(c.rank, 8))
@@ -577,6 +584,24 @@ def cases(n: int) -> list[Case]:
         return y, same(y, ref_sum(n, 16)) and same(
             g, np.concatenate([data(q, 16) for q in range(n)]))
     ok("async-two-in-flight", run)
+
+    def run(c, ctx):  # three before any wait: the board's two parities turn over
+        x = ctx.inp(data(c.rank, 16))
+        hs = [c.all_reduce(x, async_op=True, timeout=LONG) for _ in range(3)]
+        ys = [h.wait() for h in reversed(hs)]
+        return ys[0], all(same(y, ref_sum(n, 16)) for y in ys)
+    ok("async-three-in-flight", run)
+
+    def run(c, ctx):  # a blocking call while an async one may still be agreeing
+        x = ctx.inp(data(c.rank, 16))
+        if c.rank == last:
+            time.sleep(0.3)
+        h = c.all_reduce(x, async_op=True, timeout=LONG)
+        g = c.all_gather(x, timeout=LONG)
+        y = h.wait()
+        return y, same(y, ref_sum(n, 16)) and same(
+            g, np.concatenate([data(q, 16) for q in range(n)]))
+    ok("async-then-blocking-straggler", run)
 
     def run(c, ctx):
         c.barrier(timeout=LONG)

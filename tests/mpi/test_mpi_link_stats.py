@@ -27,6 +27,31 @@ def test_far_traffic_is_forwarded(comm):
     comm.barrier()
 
 
+def test_point_to_point_is_charged(comm):
+    """A send is counted on the link of its first hop, with its bytes (the control
+    plane's traffic is not, so nothing else moves between the two readings)."""
+    n, me = comm.size, comm.rank
+    partner = me ^ 1
+    if partner >= n:  # odd world: the last rank has no partner
+        comm.barrier()
+        return
+    topo = comm.topology
+    hop = topo.route(comm.world_rank, comm.ranks[partner])[1]
+    kind = topo.link_between_ranks(comm.world_rank, hop).kind
+
+    def sent():
+        return sum(e["bytes"] for e in comm.link_stats() if e["dst"] == hop and
+                   e["link"] == kind)
+    x = np.arange(1024, dtype=np.float32) + me
+    before = sent()
+    comm.send(x, partner)
+    got = comm.recv(np.empty(1024, np.float32), partner)
+    after = sent()
+    comm.barrier()
+    assert_same(got, np.arange(1024, dtype=np.float32) + partner, "recv from partner")
+    assert after - before == x.nbytes, (before, after, hop, kind)
+
+
 def test_link_stats_only_neighbours(comm):
     topo = comm.topology
     me = comm.world_rank

@@ -282,3 +282,16 @@ def test_merge_refuses_mixed_runs(tmp_path):
     (tmp_path / "trace-rank1.json").write_text(json.dumps(d))
     with pytest.raises(nm.InvalidArgumentError, match="different topologies"):
         tl.merge(tmp_path)
+
+
+def test_model_trace_of_sliced_rounds_nests(tmp_path):
+    """A sliced round (reduction overlapping the transfer) lasts less than transfer
+    plus reduction: each transfer's slice ends with its sliced time, inside the round."""
+    out = tmp_path / "m.json"
+    assert model_main(["--instance", "trn2.48xlarge", "all_reduce", "-b", "64MB", "-e",
+                       "64MB", "-r", "16", "--algorithm", "ring", "--trace", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert tl.check(doc) == []
+    p = predict("all_reduce", 64 << 20, instance="trn2.48xlarge", ranks=16, algorithm="ring")
+    assert p.cost.reduce_us > 0
+    assert doc["otherData"]["time_us"] == pytest.approx(p.time_us, abs=1e-2)

@@ -85,11 +85,11 @@ def build(view, calls) -> dict:
                     step_events.append(_chip_slice(topo, g, "locals", t, per_chip[g]))
                 t += dur
                 continue
-            _, st, hop_t, chain, red_t, _, _ = item
+            _, st, hop_t, _, _, _, total = item
             xfers = step.xfers
             end_of = np.zeros(len(ranks))
             for i, x in enumerate(xfers):
-                done = chain[i] + red_t[i] if st.n_xfers else 0.0
+                done = total[i] if st.n_xfers else 0.0
                 end_of[x.src] = max(end_of[x.src], done)
                 end_of[x.dst] = max(end_of[x.dst], done)
             members = sorted({x.src for x in xfers} | {x.dst for x in xfers})
@@ -137,7 +137,7 @@ def build(view, calls) -> dict:
                 nbytes = x.count * itemsize
                 name = f"{link_name(topo, src, dst)} {human(nbytes)}"
                 fargs = {"from": src, "to": dst, "bytes": nbytes}
-                done = chain[i] + red_t[i]
+                done = total[i]
                 step_events.append({"ph": "s", "cat": "transfer", "name": name, "id": flows,
                                     "pid": topo.placement(src).node + 1, "tid": src + 1,
                                     "ts": _r(t), "args": fargs})

@@ -86,7 +86,8 @@ def _plan_steps(view, op, algo, sizes, me, avg=False):
 
 
 @pytest.mark.parametrize("ranks,algo,size", [(16, "ring", 1 << 20), (16, "mesh", 64 << 10),
-                                             (64, None, 4 << 20)])
+                                             (64, None, 4 << 20),
+                                             (16, "kangaring", 64 << 20)])
 def test_model_trace_matches_schedule(tmp_path, capsys, ranks, algo, size):
     out = tmp_path / "model.json"
     argv = ["--instance", "trn2.48xlarge", "all_reduce", "-b", str(size), "-e", str(size),
@@ -103,9 +104,10 @@ def test_model_trace_matches_schedule(tmp_path, capsys, ranks, algo, size):
     for r in range(ranks):
         want = _plan_steps(view, "all_reduce", p.algorithm, size // 4, r)
         assert counts[tl.rank_thread_name(view.topo, r)] == [want], r
-    # a flow per transfer between distinct ranks; links carry the schedule's bytes
+    # a flow per transfer between distinct ranks (folded ones move nothing on the
+    # hardware: no flow); links carry the schedule's bytes
     sched = schedule_for(view, "all_reduce", p.algorithm, size // 4, False, None)
-    xfers = [x for st in sched.rounds for x in st.xfers if x.src != x.dst]
+    xfers = [x for st in sched.rounds for x in st.xfers if x.src != x.dst and not x.fold]
     flows = [e for e in doc["traceEvents"] if e["ph"] == "s"]
     assert len(flows) == len(xfers)
     link_bytes = sum(e["args"]["bytes"] for e in doc["traceEvents"]

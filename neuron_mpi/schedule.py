@@ -22,7 +22,15 @@ IN, OUT, TMP = "in", "out", "tmp"
 
 class Xfer(NamedTuple):
     """One transfer (immutable). A NamedTuple rather than a frozen dataclass: a
-    1024-rank schedule has half a million of them and this builds twice as fast."""
+    1024-rank schedule has half a million of them and this builds twice as fast.
+
+    ``fold``: on the hardware this data moves by no DMA of its own: it is read in
+    place, on its source's chip, as one more operand of a reduction of the same
+    round (KangaRing's reduce-scatter, where a primary's DMA reads the received
+    partial sum, its own chunk and its secondary's chunk and writes once:
+    intranode-collective-comm.rst, "KangaRing ReduceScatter"). The emulator moves
+    it like any transfer (and its ledger charges the links); the time model prices
+    it as that one extra read, with no hops (docs/model.md)."""
 
     src: int
     dst: int
@@ -32,11 +40,16 @@ class Xfer(NamedTuple):
     dst_buf: str
     dst_off: int
     reduce: bool = False
+    fold: bool = False
 
 
 @dataclass(frozen=True)
 class Local:
-    """One rank's local step: copy/reduce a region, or divide it (avg)."""
+    """One rank's local step: copy/reduce a region, or divide it (avg).
+
+    ``fold``: the reduction of a folded transfer's data (``Xfer.fold``): on the
+    hardware it happens inside the round's reducing DMA, so the time model charges
+    it nothing here (the executor runs it like any local step)."""
 
     rank: int
     kind: str  # "copy" | "reduce" | "divide"
@@ -46,6 +59,7 @@ class Local:
     dst_buf: str
     dst_off: int
     divisor: int = 1
+    fold: bool = False
 
 
 @dataclass

@@ -3,6 +3,7 @@ rules, the ring closed forms of docs/model.md, its speed at 1024 ranks and its
 command line. No MPI."""
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import subprocess
@@ -19,7 +20,7 @@ from neuron_mpi.catalog import GIB
 from neuron_mpi.model import predict, price
 from neuron_mpi.model.cli import main as model_main
 from neuron_mpi.model.lowering import as_hop_tuples
-from neuron_mpi.schedule import IN, OUT, Local, Locals, Round, Schedule, Xfer
+from neuron_mpi.schedule import IN, OUT, TMP, Local, Locals, Round, Schedule, Xfer
 
 W = importlib.import_module("neuron_mpi.model.workload")
 ENV = ("NEURON_MPI_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_MPI_NODES",
@@ -177,6 +178,52 @@ def test_sliced_algorithms_overlap_the_reduction_with_the_transfer():
     two = _sched(8, Round([_x(0, 4, n, reduce=True)], slices=2))
     assert price(two, view, 4).time_us == pytest.approx((t + u + max(t, u)) / 2)
     assert price(sched, view, 4).time_us == pytest.approx(t + u)
+
+
+def test_folded_transfers_are_one_more_read_of_the_reduction():
+    """Xfer.fold (KangaRing's secondary chunk, read in place by the primary's DMA,
+    intranode-collective-comm.rst "3R1W"): no hops, no link bytes; its bytes are
+    read once more by the reduction on its chip (3 + 1 = 4 x bytes), and the local
+    step adding it (Local.fold) is that same reduction: free."""
+    view = _view("trn2.48xlarge", ranks=8)  # ranks 0-3 on chip 0, 4-7 on chip 1
+    n = 1 << 18
+    b = 4 * n
+    hbm = 2900 * 1e3
+    link = 1.5 + b / (256 * 1e3)
+    # primary 0 sends its partial to 4 (reducing); its secondary 1's chunk is folded
+    part = Xfer(0, 4, IN, 0, n, OUT, 0, True)
+    sec = Xfer(1, 4, IN, 0, n, TMP, 0, fold=True)
+    add = Locals([Local(4, "reduce", TMP, 0, n, OUT, 0, fold=True)])
+    c = price(_sched(8, Round([part, sec]), add), view, 4, sliced=False)
+    assert c.time_us == pytest.approx(link + 4 * b / hbm, rel=1e-9)
+    assert c.hops == 1 and c.bytes_by_kind == {"neuronlink": b}
+    assert c.local_us == 0
+    # unfolded, the same schedule is two transfers sharing the link, a 3 x reduction
+    # and a local reduce
+    plain = _sched(8, Round([part, sec._replace(fold=False)]),
+                   Locals([Local(4, "reduce", TMP, 0, n, OUT, 0)]))
+    assert price(plain, view, 4, sliced=False).time_us == pytest.approx(
+        1.5 + 2 * b / (256 * 1e3) + 3 * b / hbm + 3 * b / hbm, rel=1e-9)
+
+
+def test_kangaring_secondaries_move_no_bytes_of_their_own():
+    """The priced KangaRing all-reduce moves what the primaries' DMAs move: the
+    bytes of the ring over the primaries (reduce-scatter and all-gather) and the
+    duplicates to the secondaries, nothing from a secondary; no local step costs."""
+    view = _view("trn2.48xlarge", ranks=16)
+    count = 1 << 20
+    sched = schedule_for(view, "all_reduce", "kangaring", count, False, None)
+    folded = [x for st in sched.rounds for x in st.xfers if x.fold]
+    assert folded and not any(x.reduce for x in folded)
+    c = price(sched, view, 4)
+    moved = sum(x.count for st in sched.rounds for x in st.xfers
+                if not x.fold and x.src != x.dst)
+    assert c.local_us == 0
+    assert sum(c.bytes_by_kind.values()) == 4 * moved
+    # two channels, each half the buffer over a cycle of 8 primaries: every round
+    # moves the channel's half once; 7 reduce-scatter rounds, 7 all-gather rounds on
+    # the cycle and 8 duplicates to the secondaries
+    assert moved == 2 * (7 + 7 + 8) * (count // 2)
 
 
 def test_floor_and_step_costs_are_added():
@@ -451,12 +498,19 @@ def test_model_cli_groups_pairs_counts_and_nodes(tmp_path, capsys):
 
 
 # --- the published rows (docs/model.md's validation table) ---------------------------------
+@functools.lru_cache(maxsize=1)
+def _published_rows():
+    from neuron_mpi.model import validation as VAL
+
+    return VAL.all_rows()
+
+
 def test_validation_table_is_in_the_docs_and_meets_the_targets():
     from pathlib import Path
 
     from neuron_mpi.model import validation as VAL
 
-    rows = VAL.all_rows()
+    rows = _published_rows()
     doc = (Path(__file__).resolve().parents[1] / "docs" / "model.md").read_text()
     assert VAL.BEGIN in doc and VAL.END in doc
     body = doc.split(VAL.BEGIN, 1)[1].split(VAL.END, 1)[0]
@@ -468,20 +522,46 @@ def test_validation_table_is_in_the_docs_and_meets_the_targets():
     # push over 20% (docs/model.md, "What the table shows"); without them it is met
     miss = VAL.misses(rows)
     assert [m.split(":")[0] for m in miss if not m.startswith("large rows gm")] == \
-        KANGARING_MISSES
-    rest = [r for r in rows if r.large and f"{r.block.key} {r.size} B" not in
-            KANGARING_MISSES]
+        [f"{k} {s} B" for k, s in KANGARING_MISSES]
+    rest = [r for r in rows if r.large and (r.block.key, r.size) not in KANGARING_MISSES]
     assert VAL.gm_error(rest) <= VAL.LARGE_GM_MAX
     assert all(abs(r.error) <= VAL.LARGE_ROW_MAX for r in rest)
     assert VAL.summary(rows)["small_recent_gm"] <= VAL.SMALL_RECENT_GM_MAX
 
 
-KANGARING_MISSES = ["allr16-algo 33554432 B", "allr16-algo 536870912 B"]
+#: the rows >= 32 MiB the model misses by more than 25%, and why (docs/model.md)
+KANGARING_MISSES = {
+    ("allr16-algo", 33554432): (
+        "KangaRing 16-rank trn2 all-reduce of 32 MiB: published 2754 us, modeled 1127 us "
+        "(-59%); the published pair of rows implies about 2290 us of fixed cost, against "
+        "the 297 us floor of the same block's mesh rows, and no public figure explains it"),
+    ("allr16-algo", 536870912): (
+        "KangaRing 16-rank trn2 all-reduce of 512 MiB: published 9690 us, modeled 13469 us "
+        "(+39%); its 15 rounds each move a 32 MiB chunk over an on-chip DMA at the "
+        "published permute's 37.52 GiB/s per pair (833 us a round), where the row implies "
+        "about 626 us a round (50 GiB/s), a figure no public source gives"),
+}
 
 
-@pytest.mark.xfail(strict=True, reason="KangaRing's two published rows (32 MiB: 2754 us, "
-                   "512 MiB: 9690 us) are outside 25%; see docs/model.md")
-def test_validation_targets_are_all_met():
+def _large_rows():
+    from neuron_mpi.model.published import BLOCKS, LARGE
+
+    return [(b.key, s) for b in BLOCKS for s, _ in b.rows if s >= LARGE]
+
+
+@pytest.mark.parametrize("key,size", [
+    pytest.param(k, s, marks=pytest.mark.xfail(strict=True, reason=KANGARING_MISSES[(k, s)]))
+    if (k, s) in KANGARING_MISSES else (k, s) for k, s in _large_rows()])
+def test_every_large_row_is_within_25_percent(key, size):
     from neuron_mpi.model import validation as VAL
 
-    assert VAL.misses(VAL.all_rows()) == []
+    [row] = [r for r in _published_rows() if (r.block.key, r.size) == (key, size)]
+    assert abs(row.error) <= VAL.LARGE_ROW_MAX
+
+
+@pytest.mark.xfail(strict=True, reason="the two KangaRing rows hold the large rows' "
+                   "geometric-mean error at 20.3% (11.3% without them); see docs/model.md")
+def test_large_rows_geometric_mean_error_is_at_most_20_percent():
+    from neuron_mpi.model import validation as VAL
+
+    assert VAL.summary(_published_rows())["large_gm"] <= VAL.LARGE_GM_MAX

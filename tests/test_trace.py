@@ -86,7 +86,8 @@ def _plan_steps(view, op, algo, sizes, me, avg=False):
 
 
 @pytest.mark.parametrize("ranks,algo,size", [(16, "ring", 1 << 20), (16, "mesh", 64 << 10),
-                                             (64, None, 4 << 20)])
+                                             (64, None, 4 << 20),
+                                             (16, "kangaring", 64 << 20)])
 def test_model_trace_matches_schedule(tmp_path, capsys, ranks, algo, size):
     out = tmp_path / "model.json"
     argv = ["--instance", "trn2.48xlarge", "all_reduce", "-b", str(size), "-e", str(size),
@@ -103,9 +104,10 @@ def test_model_trace_matches_schedule(tmp_path, capsys, ranks, algo, size):
     for r in range(ranks):
         want = _plan_steps(view, "all_reduce", p.algorithm, size // 4, r)
         assert counts[tl.rank_thread_name(view.topo, r)] == [want], r
-    # a flow per transfer between distinct ranks; links carry the schedule's bytes
+    # a flow per transfer between distinct ranks (folded ones move nothing on the
+    # hardware: no flow); links carry the schedule's bytes
     sched = schedule_for(view, "all_reduce", p.algorithm, size // 4, False, None)
-    xfers = [x for st in sched.rounds for x in st.xfers if x.src != x.dst]
+    xfers = [x for st in sched.rounds for x in st.xfers if x.src != x.dst and not x.fold]
     flows = [e for e in doc["traceEvents"] if e["ph"] == "s"]
     assert len(flows) == len(xfers)
     link_bytes = sum(e["args"]["bytes"] for e in doc["traceEvents"]
@@ -282,3 +284,16 @@ def test_merge_refuses_mixed_runs(tmp_path):
     (tmp_path / "trace-rank1.json").write_text(json.dumps(d))
     with pytest.raises(nm.InvalidArgumentError, match="different topologies"):
         tl.merge(tmp_path)
+
+
+def test_model_trace_of_sliced_rounds_nests(tmp_path):
+    """A sliced round (reduction overlapping the transfer) lasts less than transfer
+    plus reduction: each transfer's slice ends with its sliced time, inside the round."""
+    out = tmp_path / "m.json"
+    assert model_main(["--instance", "trn2.48xlarge", "all_reduce", "-b", "64MB", "-e",
+                       "64MB", "-r", "16", "--algorithm", "ring", "--trace", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert tl.check(doc) == []
+    p = predict("all_reduce", 64 << 20, instance="trn2.48xlarge", ranks=16, algorithm="ring")
+    assert p.cost.reduce_us > 0
+    assert doc["otherData"]["time_us"] == pytest.approx(p.time_us, abs=1e-2)

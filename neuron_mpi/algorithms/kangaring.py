@@ -10,9 +10,13 @@ other.
 
 Reduce-scatter: at every step a primary sends the partial sum it holds and its
 secondary sends its own chunk of the same index to the downstream primary, which
-reduces both into its partial (the doc's 3-read-1-write); the owner adds its own
-secondary's chunk in the last step; a final intra-chip step hands the secondary its
-block. All-gather: in step 0 each primary sends its chunk and its secondary sends
+reduces both into its partial; the owner adds its own secondary's chunk in the last
+step; a final intra-chip step hands the secondary its block. On the hardware the
+secondary moves nothing: the primary's one DMA reads the partial, its own chunk and
+its secondary's chunk and writes the sum downstream (the doc's 3-read-1-write). The
+emulator needs the secondary's chunk sent, so those transfers and the local steps
+adding them are marked ``fold`` (schedule.Xfer): the time model prices them as the
+extra read of that reduction, with no DMA of their own. All-gather: in step 0 each primary sends its chunk and its secondary sends
 its own chunk downstream; then each primary forwards what it received downstream
 and duplicates it to its secondary (the doc's 1-read-2-writes), with one last
 intra-chip step for the chunk received last. All-reduce: both, the reduced chunk
@@ -71,7 +75,9 @@ def rs_steps(order, sec, regions, buf, slot_base):
     on arrival; a secondary's chunk lands in a slot of the downstream primary's TMP
     (from ``slot_base[primary]``) and is added by a local step after the round, so
     no two deliveries of a round write the same region. In the last step the owner's
-    own secondary hands over its chunk the same way."""
+    own secondary hands over its chunk the same way. The secondaries' transfers and
+    their local reductions are ``fold``: on the hardware the primary's DMA reads
+    them in place (3-read-1-write)."""
     n = len(order)
     width = {}
     for j, p in enumerate(order):
@@ -86,16 +92,16 @@ def rs_steps(order, sec, regions, buf, slot_base):
             for off, ln in r if n > 1 else ():
                 if ln:
                     xs.append(Xfer(order[k], nxt, buf, off, ln, buf, off, True))
-                    xs.append(Xfer(sec[order[k]], nxt, buf, off, ln, TMP, slot))
-                    los.append(Local(nxt, "reduce", TMP, slot, ln, buf, off))
+                    xs.append(Xfer(sec[order[k]], nxt, buf, off, ln, TMP, slot, fold=True))
+                    los.append(Local(nxt, "reduce", TMP, slot, ln, buf, off, fold=True))
                 slot += ln
         if s == max(n - 1, 1) - 1:  # the owner's own secondary, second slot half
             for j, p in enumerate(order):
                 slot = slot_base[p] + width[p]
                 for off, ln in regions[j]:
                     if ln:
-                        xs.append(Xfer(sec[p], p, buf, off, ln, TMP, slot))
-                        los.append(Local(p, "reduce", TMP, slot, ln, buf, off))
+                        xs.append(Xfer(sec[p], p, buf, off, ln, TMP, slot, fold=True))
+                        los.append(Local(p, "reduce", TMP, slot, ln, buf, off, fold=True))
                     slot += ln
         out.append((xs, los))
     return out

@@ -24,6 +24,12 @@ The rules, step by step:
 * Leading copies (a ``Locals`` step before the first round that only copies the
   input into place) are free: the hardware's first step reads the input where it
   lies.
+* Folded transfers (``Xfer.fold``: KangaRing's secondary chunks, which the
+  primary's one DMA reads in place as the third operand of its 3-read-1-write
+  reduction) cross no link and take no time; each adds its bytes once (one more
+  read) to the HBM work of the reductions landing on its destination's chip in
+  the round (the reduction it joins). Their local reductions (``Local.fold``) are
+  that same reduction: free.
 """
 from __future__ import annotations
 
@@ -37,6 +43,10 @@ from .lowering import lowerer
 #: HBM bytes read + written per element byte, for each kind of local work
 LOCAL_TRAFFIC = {"copy": 2.0, "reduce": 3.0, "divide": 2.0, "zero": 1.0}
 REDUCE_DELIVERY_TRAFFIC = 3.0
+#: one more operand read in place by a reducing DMA: KangaRing's reduce-scatter step
+#: reads three operands and writes one, 4 x bytes against the ring's 3 x
+#: (intranode-collective-comm.rst, "KangaRing ReduceScatter")
+FOLD_TRAFFIC = 1.0
 
 
 
@@ -63,12 +73,19 @@ class Cost:
 def _locals_per_chip(step: Locals, member_chip: np.ndarray, itemsize: int, hbm: float,
                      n_chips: int) -> np.ndarray:
     """Microseconds of HBM work per chip for one Locals step."""
-    if not step.ops:
+    ops = [lo for lo in step.ops if not lo.fold]
+    if not ops:
         return np.zeros(n_chips)
-    chips = np.fromiter((member_chip[lo.rank] for lo in step.ops), np.int64, len(step.ops))
-    work = np.fromiter((LOCAL_TRAFFIC[lo.kind] * lo.count * itemsize for lo in step.ops),
-                       np.float64, len(step.ops))
+    chips = np.fromiter((member_chip[lo.rank] for lo in ops), np.int64, len(ops))
+    work = np.fromiter((LOCAL_TRAFFIC[lo.kind] * lo.count * itemsize for lo in ops),
+                       np.float64, len(ops))
     return np.bincount(chips, weights=work, minlength=n_chips) / (hbm * 1e3)
+
+
+def _folded(st):
+    """Per transfer: Xfer.fold, or None when the round has none (the common case)."""
+    f = st.fold
+    return f if f is not None and f.any() else None
 
 
 def _leading_copies(step, seen_round: bool) -> bool:
@@ -104,25 +121,34 @@ def priced_steps(schedule, view, itemsize: int, sliced: bool | None = None,
             e = np.zeros(0)
             yield ("round", st, e, e, e, 0.0, e)
             continue
-        load = np.bincount(st.link, weights=st.nbytes, minlength=len(l_bw))
+        fold = _folded(st)
+        moved = st.nbytes if fold is None else np.where(fold[st.xfer], 0.0, st.nbytes)
+        load = np.bincount(st.link, weights=moved, minlength=len(l_bw))
         hop_load = load[st.link]
         intra = l_intra[st.link]
         if intra.any():
-            hop_load[intra] = st.nbytes[intra]
+            hop_load[intra] = moved[intra]
         efa = l_efa[st.link]
         if efa.any():
             src_c, dst_c = l_src[st.link[efa]], l_dst[st.link[efa]]
-            out_nic = np.bincount(src_c, weights=st.nbytes[efa], minlength=nc)
-            in_nic = np.bincount(dst_c, weights=st.nbytes[efa], minlength=nc)
+            out_nic = np.bincount(src_c, weights=moved[efa], minlength=nc)
+            in_nic = np.bincount(dst_c, weights=moved[efa], minlength=nc)
             hop_load[efa] = np.maximum(out_nic[src_c], in_nic[dst_c])
         hop_t = l_lat[st.link] + hop_load / (l_bw[st.link] * 1e3)
+        reduce = st.reduce
+        if fold is not None:
+            hop_t[fold[st.xfer]] = 0.0
+            reduce = reduce & ~fold
         chain = np.bincount(st.xfer, weights=hop_t, minlength=st.n_xfers)
         red_t = np.zeros(st.n_xfers)
-        if st.reduce.any():
-            work = np.bincount(st.dst_chip[st.reduce],
-                               weights=REDUCE_DELIVERY_TRAFFIC * st.xfer_bytes[st.reduce],
+        if reduce.any():
+            work = np.bincount(st.dst_chip[reduce],
+                               weights=REDUCE_DELIVERY_TRAFFIC * st.xfer_bytes[reduce],
                                minlength=nc)
-            red_t[st.reduce] = work[st.dst_chip[st.reduce]] / (hbm * 1e3)
+            if fold is not None:
+                work += np.bincount(st.dst_chip[fold],
+                                    weights=FOLD_TRAFFIC * st.xfer_bytes[fold], minlength=nc)
+            red_t[reduce] = work[st.dst_chip[reduce]] / (hbm * 1e3)
         k = st.slices if sliced is None else (2 if sliced else 1)
         if k > 1:
             total = (chain + red_t) / k + (k - 1) / k * np.maximum(chain, red_t)
@@ -155,8 +181,15 @@ def price(schedule, view, itemsize: int, sliced: bool | None = None,
         _, st, hop_t, chain, red_t, _t, total = item
         cost.steps_us += step_us
         cost.time_us += step_us
-        cost.hops += len(st.link)
-        by_kind += np.bincount(st.link, weights=st.nbytes, minlength=len(by_kind))
+        fold = _folded(st)
+        if fold is None:
+            cost.hops += len(st.link)
+            by_kind += np.bincount(st.link, weights=st.nbytes, minlength=len(by_kind))
+        else:  # folded transfers cross no link
+            live = ~fold[st.xfer]
+            cost.hops += int(live.sum())
+            by_kind += np.bincount(st.link[live], weights=st.nbytes[live],
+                                   minlength=len(by_kind))
         k = int(np.argmax(total))
         cost.transfer_us += float(chain[k])
         cost.reduce_us += float(red_t[k])

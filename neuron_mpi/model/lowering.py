@@ -23,7 +23,7 @@ from ..schedule import Locals, Round
 
 
 _XREC = np.dtype([("src", np.int64), ("dst", np.int64), ("count", np.int64),
-                  ("reduce", bool)])
+                  ("reduce", bool), ("fold", bool)])
 
 
 @dataclass
@@ -56,6 +56,7 @@ class RoundHops:
     xfer_bytes: np.ndarray  # per transfer
     reduce: np.ndarray  # per transfer: delivered with a reduction
     slices: int = 1  # the round's Round.slices (reduction overlaps the transfer)
+    fold: np.ndarray | None = None  # per transfer: Xfer.fold (read in place, no DMA)
 
 
 class Lowerer:
@@ -116,9 +117,11 @@ class Lowerer:
         t = len(xfers)
         if t == 0:
             e = np.zeros(0, np.int64)
-            return RoundHops(0, e, e, e, np.zeros(0), e, np.zeros(0), np.zeros(0, bool))
-        # one pass over the transfers (src, dst, count, reduce)
-        rec = np.fromiter(((x.src, x.dst, x.count, x.reduce) for x in xfers), _XREC, t)
+            return RoundHops(0, e, e, e, np.zeros(0), e, np.zeros(0), np.zeros(0, bool), 1,
+                             np.zeros(0, bool))
+        # one pass over the transfers (src, dst, count, reduce, fold)
+        rec = np.fromiter(((x.src, x.dst, x.count, x.reduce, x.fold) for x in xfers),
+                          _XREC, t)
         src, dst, cnt, red = rec["src"], rec["dst"], rec["count"], rec["reduce"]
         gs, gd = self.chip[src], self.chip[dst]
         key = gs * self.n_chips + gd
@@ -134,7 +137,8 @@ class Lowerer:
         step = np.arange(h) - starts[hop_x]
         link = self._flat[self._poff[key][hop_x] + step]
         xbytes = (cnt * itemsize).astype(np.float64)
-        return RoundHops(t, hop_x, step, link, xbytes[hop_x], gd, xbytes, red)
+        return RoundHops(t, hop_x, step, link, xbytes[hop_x], gd, xbytes, red, 1,
+                         rec["fold"])
 
     def lower(self, schedule, itemsize: int):
         """Per step of ``schedule``: a RoundHops, or the Locals step itself."""

@@ -12,7 +12,9 @@ calls are laid back to back from 0. Tracks:
 * a process "links" with a thread per directed link: per round, a slice from the
   first hop on it to the last one's end, labelled with the bytes it carried;
 * a flow arrow per transfer between different ranks, from the sender's step to the
-  receiver's, named with the links it crosses and its bytes.
+  receiver's, named with the links it crosses and its bytes. Folded transfers
+  (``Xfer.fold``: data the hardware reads in place, by no DMA of its own) get no
+  arrow and load no link; their ranks' slices last as long as their other work.
 """
 from __future__ import annotations
 
@@ -85,11 +87,11 @@ def build(view, calls) -> dict:
                     step_events.append(_chip_slice(topo, g, "locals", t, per_chip[g]))
                 t += dur
                 continue
-            _, st, hop_t, chain, red_t, _, _ = item
+            _, st, hop_t, _, _, _, total = item
             xfers = step.xfers
             end_of = np.zeros(len(ranks))
             for i, x in enumerate(xfers):
-                done = chain[i] + red_t[i] if st.n_xfers else 0.0
+                done = total[i] if st.n_xfers else 0.0
                 end_of[x.src] = max(end_of[x.src], done)
                 end_of[x.dst] = max(end_of[x.dst], done)
             members = sorted({x.src for x in xfers} | {x.dst for x in xfers})
@@ -111,7 +113,10 @@ def build(view, calls) -> dict:
                     begin[h] = offset[x]
                     offset[x] += hop_t[h]
                 per_link: dict = {}
+                folded = st.fold if st.fold is not None else np.zeros(st.n_xfers, bool)
                 for h in range(len(hop_t)):
+                    if folded[st.xfer[h]]:
+                        continue
                     lk = int(st.link[h])
                     a, b = begin[h], begin[h] + hop_t[h]
                     cur = per_link.get(lk)
@@ -131,13 +136,13 @@ def build(view, calls) -> dict:
                                                                    "hops": nh}})
             for i, x in enumerate(xfers):
                 src, dst = ranks[x.src], ranks[x.dst]
-                if src == dst:
+                if src == dst or x.fold:
                     continue
                 flows += 1
                 nbytes = x.count * itemsize
                 name = f"{link_name(topo, src, dst)} {human(nbytes)}"
                 fargs = {"from": src, "to": dst, "bytes": nbytes}
-                done = chain[i] + red_t[i]
+                done = total[i]
                 step_events.append({"ph": "s", "cat": "transfer", "name": name, "id": flows,
                                     "pid": topo.placement(src).node + 1, "tid": src + 1,
                                     "ts": _r(t), "args": fargs})

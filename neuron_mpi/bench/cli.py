@@ -18,6 +18,7 @@ import re
 import sys
 
 from .. import catalog as cat
+from .. import env
 from ..algorithms.registry import add_argument as add_algorithm_argument
 from ..errors import NeuronMPIError
 from ..model import workload as W
@@ -189,15 +190,6 @@ def parse_args(argv):
     return opts, args
 
 
-def env_rank() -> int | None:
-    """This process's MPI rank from the launcher's environment (before MPI starts)."""
-    for k in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MPI_LOCALRANKID"):
-        v = os.environ.get(k)
-        if v is not None and v.strip().isdigit():
-            return int(v)
-    return None
-
-
 def _fail(message: str, rank: int | None) -> int:
     if rank in (None, 0):
         sys.stderr.write(f"{PROG}: error: {message}\n")
@@ -221,7 +213,7 @@ def run(opts, command, out=None) -> int:
 def main(argv=None) -> int:
     command = [PROG] + (sys.argv[1:] if argv is None else list(argv))
     argv = sys.argv[1:] if argv is None else list(argv)
-    rank = env_rank()
+    rank = env.launcher_rank()
     try:
         opts, _ = parse_args(argv)
     except UsageError as e:

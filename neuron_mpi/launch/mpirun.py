@@ -34,6 +34,7 @@ import sys
 from pathlib import Path
 
 from neuron_mpi import catalog as cat
+from neuron_mpi.cli import add_topology_arguments
 from neuron_mpi import env as settings
 from neuron_mpi.env import default_numba_cache  # noqa: F401  (a public name here too)
 from neuron_mpi.errors import NeuronMPIError
@@ -79,14 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                "'python X' runs as 'python -m mpi4py X' so an uncaught exception on one "
                "rank aborts the job. Exit status: the job's (128+N if killed by signal "
                f"N; {TIMEOUT_STATUS} on --timeout; 2 for a bad launch).")
-    g = p.add_argument_group(
-        "topology", "Unset options come from env NEURON_MPI_INSTANCE, "
-        f"NEURON_LOGICAL_NC_CONFIG, NEURON_MPI_NODES, else {cat.DEFAULT_INSTANCE} at its "
-        "default LNC; the children get the result in the same variables.")
-    g.add_argument("--instance", metavar="NAME",
-                   help="instance type, one of: " + ", ".join(cat.CATALOG))
-    g.add_argument("--lnc", type=int, metavar="L", help="logical NeuronCore size (1 or 2)")
-    g.add_argument("--nodes", type=int, metavar="N", help="instances joined by EFA")
+    add_topology_arguments(p, "what -n needs",
+                           "; the children get the result in the same variables")
     p.add_argument("-n", "--np", dest="ranks", type=int, metavar="RANKS",
                    help="number of ranks (default: every rank of every node)")
     p.add_argument("--timeout", type=float, metavar="S",

@@ -23,9 +23,10 @@ import argparse
 import os
 import sys
 
+from neuron_mpi import env
 from neuron_mpi.bench import collectives as C
 from neuron_mpi.bench import report
-from neuron_mpi.bench.cli import UsageError, env_rank, parse_args
+from neuron_mpi.bench.cli import UsageError, parse_args
 from neuron_mpi.bench.harness import Bench
 from neuron_mpi.errors import NeuronMPIError
 
@@ -75,7 +76,7 @@ def bench_argv(a, op: str) -> list[str]:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     a = build_parser().parse_args(argv)
-    rank = env_rank()
+    rank = env.launcher_rank()
     try:
         ops = [C.get(o).name for o in a.ops.split(",") if o.strip()]
         parsed = [parse_args(bench_argv(a, op)) for op in ops]

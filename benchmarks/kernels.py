@@ -22,6 +22,7 @@ os.environ.setdefault("NUMBA_CACHE_DIR", "/tmp/numba_cache_kernels")
 
 import numpy as np  # noqa: E402
 
+from neuron_mpi import env  # noqa: E402
 from neuron_mpi.kernels import (DTYPES, REDUCE_OPS, canonical_dtype,  # noqa: E402
                                 dtype_name, reduce_into, reduce_into_ref, warm)
 from neuron_mpi.kernels.dtypes import SMALL_FLOATS  # noqa: E402
@@ -117,7 +118,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     count = warm()
     print(f"# warm(): {count} specialisations in {time.perf_counter() - t0:.2f} s "
-          f"(NUMBA_CACHE_DIR={os.environ.get('NUMBA_CACHE_DIR')})")
+          f"(NUMBA_CACHE_DIR={env.numba_cache_dir()})")
     print(f"# numpy {np.__version__}, best of {args.repeat}, GB = 1e9 bytes of dst")
     header = (f"{'op':<5} {'dtype':<9} {'size':>7} {'GB/s(jit)':>10} "
               f"{'GB/s(numpy)':>12} {'ratio_vs_numpy':>15} {'ratio_vs_memcpy':>16}")

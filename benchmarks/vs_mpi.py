@@ -23,7 +23,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "permute", "sendrecv")
+from neuron_mpi import catalog as cat
+from neuron_mpi import env
+from neuron_mpi.model import workload as W
+
+OPS = tuple(op for op in W.OPS if op not in W.V_OPS)
 SMALL, LARGE = 64 << 10, 4 << 20
 
 
@@ -62,7 +66,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", metavar="FILE")
     a = p.parse_args(argv)
     summary, reports = [], {}
-    print(f"# {a.ranks} ranks, {os.environ.get('NEURON_MPI_INSTANCE', 'trn2.48xlarge')}; "
+    print(f"# {a.ranks} ranks, {env.instance() or cat.DEFAULT_INSTANCE}; "
           "time and MPI time in us, ratio = time / MPI")
     for op in a.ops.split(","):
         rep = reports[op] = run_op(op, a)

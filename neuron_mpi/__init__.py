@@ -7,8 +7,7 @@ from .errors import (AlgorithmError, CollectiveMismatchError, CollectiveTimeoutE
 from .layout import check_layout
 from .topology import Link, Placement, Topology, topology
 from .tracing import trace
-
-SUM, PROD, MAX, MIN, AVG = "sum", "prod", "max", "min", "avg"
+from .vocab import AVG, MAX, MIN, PROD, SUM
 
 
 def __getattr__(name):

@@ -21,7 +21,7 @@ from .kernels import DTYPES, dtype_name
 FIELDS = ("status", "operation", "sequence number", "count", "dtype", "reduce op", "root",
           "layout", "algorithm")
 STATUS, OP, SEQ, COUNT, DTYPE, REDOP, ROOT, DIGEST, ALGO = range(len(FIELDS))
-_REDOPS = ("sum", "prod", "max", "min", "avg")
+from .vocab import REDUCE_OPS as _REDOPS  # noqa: E402  (index = fingerprint code)
 _OPS = OPS + ("split",)
 _DTYPE_NAMES = list(DTYPES)
 

@@ -35,20 +35,23 @@ class Command:
 
 
 # --- shared arguments --------------------------------------------------------------
-def add_topology_arguments(p: argparse.ArgumentParser) -> None:
-    """--instance, --lnc, --nodes; left None when not given so that
-    neuron_mpi.topology.resolve applies the env and defaults."""
+def add_topology_arguments(p: argparse.ArgumentParser, nodes_default: str = "1",
+                           note: str = "", nodes_flags=("--nodes",)) -> None:
+    """--instance, --lnc, --nodes (the topology group of neuron-mpi, neuron-mpirun,
+    the benchmark and the model); left None when not given so that
+    neuron_mpi.topology.resolve applies the env (neuron_mpi/env.py) and defaults."""
     g = p.add_argument_group(
         "topology", "Unset options come from env NEURON_MPI_INSTANCE, "
         f"NEURON_LOGICAL_NC_CONFIG, NEURON_MPI_NODES, else {cat.DEFAULT_INSTANCE} at its "
-        "default LNC on 1 node.")
+        f"default LNC{note}.")
     g.add_argument("--instance", metavar="NAME",
                    help="instance type, one of: " + ", ".join(cat.CATALOG))
     g.add_argument("--lnc", type=int, metavar="L",
                    help="logical NeuronCore size: 1 or 2 physical cores per rank "
                         "(trn2 only; trn1 and inf2 use 1)")
-    g.add_argument("--nodes", type=int, metavar="N",
-                   help="instances joined by EFA (only where the instance has EFA)")
+    g.add_argument(*nodes_flags, type=int, metavar="N", dest="nodes",
+                   help=f"instances joined by EFA, where the instance has EFA (default "
+                        f"{nodes_default})")
 
 
 def topology_from_args(args: argparse.Namespace):

@@ -60,7 +60,7 @@ def _collective(op):
         return wrapper
     return deco
 
-SUM, PROD, MAX, MIN, AVG = "sum", "prod", "max", "min", "avg"
+from .vocab import AVG, MAX, MIN, PROD, SUM  # noqa: E402,F401  (nm.comm.SUM ...)
 
 
 class Handle:

@@ -1,18 +1,49 @@
 """The environment variables neuron_mpi reads, parsed in one place.
 
-Every reader raises InvalidArgumentError naming the variable when its value is
-malformed (never a silent default).
+No other module of the package reads ``os.environ`` (tests/test_env.py greps the
+source so that it stays true). Every reader raises an error naming the variable when
+its value is malformed (never a silent default): InvalidArgumentError, or
+TopologyError for the three that describe the topology (as a bad ``--lnc`` does).
+``VARIABLES`` lists what is read; docs/api.md ("Environment variables") has the
+table of them.
 """
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, TopologyError
 
 DEFAULT_TIMEOUT = 60.0
+DEFAULT_TRACE_DEPTH = 256
 TRANSPORTS = ("auto", "mpi")
 SHM_DOMAINS = ("host", "node")
+_TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
+
+#: every NEURON_* variable the package reads (the setting's reader in brackets)
+VARIABLES = {
+    "NEURON_MPI_INSTANCE": "instance()",
+    "NEURON_LOGICAL_NC_CONFIG": "lnc()",
+    "NEURON_MPI_NODES": "nodes()",
+    "NEURON_MPI_ALGO": "algorithm()",
+    "NEURON_MPI_TIMEOUT": "timeout_seconds()",
+    "NEURON_MPI_CHECK": "checking()",
+    "NEURON_MPI_STRICT": "strict_groups()",
+    "NEURON_MPI_TRANSPORT": "transport()",
+    "NEURON_MPI_SHM": "shm_domain()",
+    "NEURON_MPI_SHM_SLOTS": "shm_slots()",
+    "NEURON_MPI_SHM_SLOT_KIB": "shm_slot_kib()",
+    "NEURON_MPI_TRACE": "trace_dir()",
+    "NEURON_MPI_TRACE_DIR": "recorder_dir()",
+    "NEURON_MPI_TRACE_DEPTH": "recorder_depth()",
+    "NEURON_MPI_BENCH_CORRUPT": "bench_corrupt()",
+}
+
+#: what MPI launchers set: a rank (Open MPI, PMIx, MPICH / Intel MPI) ...
+LAUNCHER_RANK = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MPI_LOCALRANKID")
+#: ... and the marks of a launch (Open MPI, MPICH, PMIx, MVAPICH)
+LAUNCHER_MARKS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE")
 
 
 def _raw(name: str) -> str | None:
@@ -31,6 +62,62 @@ def _choice(name: str, choices, default: str) -> str:
     return v.lower()
 
 
+def _flag(name: str, default: bool) -> bool:
+    v = _raw(name)
+    if v is None:
+        return default
+    if v.lower() in _TRUE:
+        return True
+    if v.lower() in _FALSE:
+        return False
+    raise InvalidArgumentError(f"{name}: expected 0 or 1, got {v!r}")
+
+
+def _int(name: str, positive: bool, error=InvalidArgumentError) -> int | None:
+    v = _raw(name)
+    if v is None:
+        return None
+    try:
+        n = int(v)
+    except ValueError:
+        n = None
+    if n is None or (positive and n < 1):
+        what = "a positive integer" if positive else "an integer"
+        raise error(f"{name}: expected {what}, got {v!r}")
+    return n
+
+
+def _positive_int(name: str, default: int) -> int:
+    n = _int(name, True)
+    return default if n is None else n
+
+
+# --- the topology: arguments win over these (topology.resolve) -------------------------
+def instance() -> str | None:
+    """NEURON_MPI_INSTANCE: the instance type (a catalog name, checked there; default
+    trn2.48xlarge). neuron-mpirun sets it for its ranks."""
+    return _raw("NEURON_MPI_INSTANCE")
+
+
+def lnc() -> int | None:
+    """NEURON_LOGICAL_NC_CONFIG: physical cores per rank, 1 or 2 (the Neuron runtime's
+    own variable; default the instance's LNC). TopologyError when not an integer."""
+    return _int("NEURON_LOGICAL_NC_CONFIG", False, TopologyError)
+
+
+def nodes() -> int | None:
+    """NEURON_MPI_NODES: instances joined by EFA (default: what the world size needs).
+    TopologyError when not an integer."""
+    return _int("NEURON_MPI_NODES", False, TopologyError)
+
+
+def algorithm() -> str | None:
+    """NEURON_MPI_ALGO: a preferred algorithm (algorithms/select.py checks the name and
+    falls back to the default where it does not apply); unset: chosen per call."""
+    return _raw("NEURON_MPI_ALGO")
+
+
+# --- calls --------------------------------------------------------------------------
 def timeout_seconds(explicit=None) -> float | None:
     """Seconds one call may take: ``explicit`` (a ``timeout=`` argument), else
     NEURON_MPI_TIMEOUT, else DEFAULT_TIMEOUT; None (no deadline) for 0 or less."""
@@ -49,18 +136,20 @@ def timeout_seconds(explicit=None) -> float | None:
     return float(explicit) if explicit > 0 else None
 
 
-def trace_dir() -> str | None:
-    """NEURON_MPI_TRACE: the folder each rank writes its timeline to
-    (neuron_mpi.tracing); unset or empty: no tracing."""
-    return _raw("NEURON_MPI_TRACE")
-
-
 def checking() -> bool:
-    """NEURON_MPI_CHECK: the argument agreement before every collective (default on)."""
-    v = _raw("NEURON_MPI_CHECK")
-    return v is None or v.lower() not in _FALSE
+    """NEURON_MPI_CHECK: the argument agreement before every collective (default 1;
+    0, off, no, false turn it off). Read at every call."""
+    return _flag("NEURON_MPI_CHECK", True)
 
 
+def strict_groups() -> bool:
+    """NEURON_MPI_STRICT: whether the front-ends (neuron_mpi.torch, neuron_mpi.mpi)
+    hold groups to the instance's rules, as ``init(strict=True)`` (default on); 0
+    accepts any group, e.g. 5 ranks (``init(strict=False)``)."""
+    return _flag("NEURON_MPI_STRICT", True)
+
+
+# --- the transport ------------------------------------------------------------------
 def transport() -> str:
     """NEURON_MPI_TRANSPORT: "auto" (shared memory between ranks of one domain, MPI
     between domains; the default) or "mpi" (MPI for every hop)."""
@@ -74,19 +163,6 @@ def shm_domain() -> str:
     return _choice("NEURON_MPI_SHM", SHM_DOMAINS, "host")
 
 
-def _positive_int(name: str, default: int) -> int:
-    v = _raw(name)
-    if v is None:
-        return default
-    try:
-        n = int(v)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise InvalidArgumentError(f"{name}: expected a positive integer, got {v!r}")
-    return n
-
-
 def shm_slots() -> int:
     """NEURON_MPI_SHM_SLOTS: landing slots per channel (default 8)."""
     return _positive_int("NEURON_MPI_SHM_SLOTS", 8)
@@ -98,13 +174,74 @@ def shm_slot_kib() -> int:
     return _positive_int("NEURON_MPI_SHM_SLOT_KIB", 256)
 
 
-def strict_groups() -> bool:
-    """NEURON_MPI_STRICT: whether the front-ends (neuron_mpi.torch, neuron_mpi.mpi)
-    hold groups to the instance's rules, as ``init(strict=True)`` (default on); 0
-    accepts any group, e.g. 5 ranks (``init(strict=False)``)."""
-    v = _raw("NEURON_MPI_STRICT")
-    if v is None or v.strip().lower() in ("1", "true", "yes", "on"):
-        return True
-    if v.strip().lower() in ("0", "false", "no", "off"):
-        return False
-    raise InvalidArgumentError(f"NEURON_MPI_STRICT: expected 0 or 1, got {v!r}")
+# --- what is recorded -------------------------------------------------------------------
+def trace_dir() -> str | None:
+    """NEURON_MPI_TRACE: the folder each rank writes its timeline to
+    (neuron_mpi.tracing); unset or empty: no tracing."""
+    return _raw("NEURON_MPI_TRACE")
+
+
+def recorder_dir() -> str | None:
+    """NEURON_MPI_TRACE_DIR: the folder each rank dumps its flight recorder to on a
+    timeout or error (neuron_mpi.recorder); unset: no dump."""
+    return _raw("NEURON_MPI_TRACE_DIR")
+
+
+def recorder_depth() -> int:
+    """NEURON_MPI_TRACE_DEPTH: calls the flight recorder keeps (default 256)."""
+    return _positive_int("NEURON_MPI_TRACE_DEPTH", DEFAULT_TRACE_DEPTH)
+
+
+def bench_corrupt() -> bool:
+    """NEURON_MPI_BENCH_CORRUPT: the benchmark flips a byte of rank 0's checked
+    result (a test of its -c check; default 0)."""
+    return _flag("NEURON_MPI_BENCH_CORRUPT", False)
+
+
+# --- the launcher's and torch's variables -----------------------------------------------
+def launcher_rank() -> int | None:
+    """This process's rank as the MPI launcher set it (before MPI starts), else None."""
+    for k in LAUNCHER_RANK:
+        v = _raw(k)
+        if v is not None and v.isdigit():
+            return int(v)
+    return None
+
+
+def under_mpi_launcher() -> bool:
+    """Whether an MPI launcher started this process."""
+    return any(k in os.environ for k in LAUNCHER_MARKS)
+
+
+def unset(names) -> list[str]:
+    """The names among ``names`` that the environment does not set."""
+    return [k for k in names if k not in os.environ]
+
+
+def set_defaults(values: dict) -> None:
+    """Set each variable that is not set yet (torch's rendezvous, for example)."""
+    for k, v in values.items():
+        os.environ.setdefault(k, str(v))
+
+
+def numba_cache_dir() -> str | None:
+    """NUMBA_CACHE_DIR: where numba keeps compiled kernels (numba reads it)."""
+    return _raw("NUMBA_CACHE_DIR")
+
+
+def default_numba_cache() -> str:
+    """The cache neuron-mpirun gives its ranks when NUMBA_CACHE_DIR is unset:
+    $XDG_CACHE_HOME (else ~/.cache)/neuron_mpi/numba."""
+    base = _raw("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "neuron_mpi" / "numba")
+
+
+def forwarded() -> list[str]:
+    """The set variables a launch across hosts forwards (mpiexec -x): every NEURON_*
+    one and NUMBA_CACHE_DIR."""
+    return sorted(k for k in os.environ if k.startswith("NEURON_") or k == "NUMBA_CACHE_DIR")
+
+
+def for_children(additions: dict) -> dict:
+    """This process's environment with ``additions``: what a launched job gets."""
+    return {**os.environ, **additions}

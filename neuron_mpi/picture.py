@@ -149,7 +149,7 @@ def draw(topo, path, traffic: dict | None = None, title: str | None = None) -> d
                 color=txt_color)
     if title is None:
         title = (f"{topo.instance} LNC={topo.lnc}, {topo.nodes} node(s), {topo.size} ranks"
-                 + (": bytes sent per link and direction" if heat else ""))
+                 + (":\nbytes sent per link and direction" if heat else ""))
     ax.set_title(title, fontsize=10)
     if heat:
         sm = cm.ScalarMappable(norm=norm, cmap=cmap)

@@ -12,13 +12,15 @@ import json
 import os
 import time
 
-DEFAULT_DEPTH = 256
+from . import env
+
+DEFAULT_DEPTH = env.DEFAULT_TRACE_DEPTH
 
 
 class FlightRecorder:
     def __init__(self, rank: int, depth: int | None = None):
         self.rank = rank
-        depth = depth or int(os.environ.get("NEURON_MPI_TRACE_DEPTH", DEFAULT_DEPTH))
+        depth = depth or env.recorder_depth()
         self.entries: collections.deque = collections.deque(maxlen=depth)
         self.comms: dict[int, list[int]] = {}  # communicator id -> world ranks
         self.dumped_to: str | None = None
@@ -46,7 +48,7 @@ class FlightRecorder:
         e["waiting_for"] = waiting_for
 
     def dump(self, reason: str) -> str | None:
-        folder = os.environ.get("NEURON_MPI_TRACE_DIR")
+        folder = env.recorder_dir()
         if not folder:
             return None
         os.makedirs(folder, exist_ok=True)

@@ -7,10 +7,10 @@ chip * ranks_per_chip + core`` (core = the logical core index on its chip).
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 from . import catalog as cat
+from . import env
 from .cycles import edge_disjoint_hamiltonian_cycles, layered_cycles
 from .errors import TopologyError
 
@@ -44,16 +44,6 @@ class Link:
         return {"a": self.a, "b": self.b, "kind": self.kind,
                 "bandwidth_GBps": round(self.bandwidth_GBps, 3),
                 "latency_us": self.latency_us}
-
-
-def _env_int(name: str) -> int | None:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise TopologyError(f"{name}: expected an integer, got {raw!r}") from None
 
 
 class Topology:
@@ -344,14 +334,14 @@ def resolve(instance=None, lnc=None, nodes=None) -> tuple[str, int, int | None]:
     NEURON_MPI_NODES), else trn2.48xlarge at its default LNC. nodes may stay None
     (decided by the world size)."""
     if instance is None:
-        instance = os.environ.get("NEURON_MPI_INSTANCE") or cat.DEFAULT_INSTANCE
+        instance = env.instance() or cat.DEFAULT_INSTANCE
     spec = cat.instance_spec(instance)
     if lnc is None:
-        lnc = _env_int("NEURON_LOGICAL_NC_CONFIG")
+        lnc = env.lnc()
         if lnc is None:
             lnc = spec.default_lnc
     if nodes is None:
-        nodes = _env_int("NEURON_MPI_NODES")
+        nodes = env.nodes()
     return instance, lnc, nodes
 
 

@@ -12,8 +12,7 @@ import numpy as np
 
 from . import kernels
 from .errors import InvalidArgumentError, arg_error
-
-REDUCE_OPS = ("sum", "prod", "max", "min", "avg")
+from .vocab import REDUCE_OPS
 
 
 def array(x, name="x") -> np.ndarray:

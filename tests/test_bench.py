@@ -4,7 +4,6 @@ benchmark under neuron-mpirun (plus one with a deliberately corrupted result).""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from neuron_mpi.bench.harness import CORRUPT_ENV, statistic
 from neuron_mpi.bench.sizes import parse_size, sweep
 from neuron_mpi.kernels import DTYPES
 from neuron_mpi.replay import replay
+from env_helpers import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = Path(sys.executable).parent / "neuron-mpirun"
@@ -31,19 +31,6 @@ ENV = ("NEURON_MPI_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_MPI_NODES",
 
 BENCH_HEADER = ["size(B)", "count(elems)", "type", "time(us)", "algbw(GB/s)",
                 "busbw(GB/s)", "model_time(us)", "model_busbw(GB/s)", "#wrong"]
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for name in ENV:
-        monkeypatch.delenv(name, raising=False)
-
-
-def _child_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ENV}
-    env.setdefault("NUMBA_CACHE_DIR", "/tmp/numba_cache_dev")
-    env.update(extra)
-    return env
 
 
 # --- sizes ----------------------------------------------------------------------------
@@ -156,7 +143,7 @@ def test_option_errors_exit_2_with_a_message(capsys, argv, needle):
 
 def test_option_error_as_a_program():
     res = subprocess.run([sys.executable, "-m", "neuron_mpi.bench", "allr", "-e", "1q"],
-                         capture_output=True, text=True, timeout=60, env=_child_env())
+                         capture_output=True, text=True, timeout=60, env=child_env(ENV))
     assert res.returncode == 2
     assert "neuron-mpi-bench: error:" in res.stderr and "invalid size" in res.stderr
     assert res.stdout == ""
@@ -298,7 +285,7 @@ def _launch(args, timeout=240, program=None, **env):
     cmd = [str(LAUNCHER), "--instance", "trn2.48xlarge", "-n", "8", "--timeout",
            str(timeout - 20), *program, *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env=_child_env(**env), cwd=ROOT)
+                          env=child_env(ENV, **env), cwd=ROOT)
 
 
 def test_mpi_all_reduce_benchmark(tmp_path):

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -11,26 +10,15 @@ import pytest
 import neuron_mpi
 from neuron_mpi import cli
 from neuron_mpi.render import render_text
+from env_helpers import child_env
 
 ENV = ("NEURON_MPI_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_MPI_NODES")
 KINDS = {"intra-chip", "neuronlink", "neuronlink-z", "efa"}
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for name in ENV:
-        monkeypatch.delenv(name, raising=False)
-
-
-def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ENV}
-    env.update(extra)
-    return env
-
-
 def run_cli(*args, **env):
     return subprocess.run([sys.executable, "-m", "neuron_mpi", *args], capture_output=True,
-                          text=True, env=_env(**env), timeout=60)
+                          text=True, env=child_env(ENV, **env), timeout=60)
 
 
 def call(capsys, *args):
@@ -260,5 +248,5 @@ def test_console_script_if_installed():
     if not exe.exists():
         pytest.skip("console script not installed next to this Python")
     res = subprocess.run([str(exe), "topo", "--instance", "inf2.48xlarge"],
-                         capture_output=True, text=True, env=_env(), timeout=60)
+                         capture_output=True, text=True, env=child_env(ENV), timeout=60)
     assert res.returncode == 0 and "ring 0: c0 -> c1" in res.stdout

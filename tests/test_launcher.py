@@ -11,25 +11,13 @@ import pytest
 from neuron_mpi.errors import NeuronMPIError
 from neuron_mpi.launch import mpirun
 from neuron_mpi.launch.mpirun import LaunchError, build_command, with_mpi4py
+from env_helpers import child_env
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "tests" / "mpi_programs" / "smoke_topology.py"
 LAUNCHER = Path(sys.executable).parent / "neuron-mpirun"
 ENV = ("NEURON_MPI_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_MPI_NODES")
 PY = sys.executable
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for name in ENV:
-        monkeypatch.delenv(name, raising=False)
-
-
-def _child_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ENV}
-    env.setdefault("NUMBA_CACHE_DIR", "/tmp/numba_cache_dev")
-    env.update(extra)
-    return env
 
 
 def _np(argv) -> int:
@@ -239,7 +227,7 @@ def test_status_passthrough():
 def test_dry_run_subprocess_no_traceback():
     res = subprocess.run([PY, "-m", "neuron_mpi.launch.mpirun", "--instance", "inf2.48xlarge",
                           "-n", "48", "python", "p.py"], capture_output=True, text=True,
-                         env=_child_env(), timeout=60)
+                         env=child_env(ENV), timeout=60)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.startswith("neuron-mpirun: error: -n:")
 
@@ -254,7 +242,7 @@ def _launcher() -> list[str]:
 @pytest.mark.slow
 def test_smoke_8_ranks():
     res = subprocess.run(_launcher() + ["-n", "8", "python", str(SMOKE)], capture_output=True,
-                         text=True, env=_child_env(), timeout=180, cwd=ROOT)
+                         text=True, env=child_env(ENV), timeout=180, cwd=ROOT)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "smoke_topology OK: 8 ranks on trn2.48xlarge LNC=2, 2 chips" in res.stdout
 
@@ -265,7 +253,7 @@ def test_smoke_8_ranks_through_a_hostfile(tmp_path):
     hosts.write_text("localhost slots=8\n")
     res = subprocess.run(_launcher() + ["--hostfile", str(hosts), "-n", "8", "python",
                                         str(SMOKE)], capture_output=True,
-                         text=True, env=_child_env(), timeout=180, cwd=ROOT)
+                         text=True, env=child_env(ENV), timeout=180, cwd=ROOT)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "smoke_topology OK: 8 ranks on trn2.48xlarge LNC=2, 2 chips" in res.stdout
 
@@ -274,6 +262,6 @@ def test_smoke_8_ranks_through_a_hostfile(tmp_path):
 def test_exception_on_one_rank_aborts_the_job():
     res = subprocess.run(_launcher() + ["--no-warm", "-n", "4", "python", str(SMOKE),
                                         "--fail-rank", "2"],
-                         capture_output=True, text=True, env=_child_env(), timeout=60, cwd=ROOT)
+                         capture_output=True, text=True, env=child_env(ENV), timeout=60, cwd=ROOT)
     assert res.returncode != 0
     assert "rank 2 fails on purpose" in res.stderr

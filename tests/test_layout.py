@@ -15,12 +15,6 @@ from neuron_mpi.algorithms.group import GroupView
 ENV = ("NEURON_MPI_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_MPI_NODES")
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for name in ENV:
-        monkeypatch.delenv(name, raising=False)
-
-
 def call(capsys, *args):
     code = cli.main(list(args))
     out, err = capsys.readouterr()

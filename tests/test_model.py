@@ -28,12 +28,6 @@ ENV = ("NEURON_MPI_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_MPI_NODES",
 S = 1 << 30  # 1 GiB
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for name in ENV:
-        monkeypatch.delenv(name, raising=False)
-
-
 def _view(instance, lnc=None, nodes=None, ranks=None, group=None):
     topo = nm.topology(instance, lnc, nodes, ranks=ranks)
     return GroupView(topo, group if group is not None else range(topo.size))

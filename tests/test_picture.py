@@ -28,12 +28,6 @@ ENV = ("NEURON_MPI_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_MPI_NODES",
        "NEURON_MPI_ALGO", "NEURON_MPI_TRACE")
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for name in ENV:
-        monkeypatch.delenv(name, raising=False)
-
-
 def _stats_file(path, topo, entries):
     linkstats.write(path, topo, entries, ["test"])
     return str(path)

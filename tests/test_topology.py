@@ -14,12 +14,6 @@ from neuron_mpi.topology import Topology, resolve
 ENV = ("NEURON_MPI_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_MPI_NODES")
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for name in ENV:
-        monkeypatch.delenv(name, raising=False)
-
-
 def _configs():
     for name, spec in cat.CATALOG.items():
         for lnc in spec.lnc_values:

@@ -32,12 +32,6 @@ ENV = ("NEURON_MPI_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_MPI_NODES",
        "NEURON_MPI_ALGO", "NEURON_MPI_TRACE", "NEURON_MPI_TRANSPORT")
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch):
-    for name in ENV:
-        monkeypatch.delenv(name, raising=False)
-
-
 def _x(name, ts, dur, tid=1, cat="call"):
     return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": 1, "tid": tid}
 

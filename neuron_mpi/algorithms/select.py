@@ -12,8 +12,8 @@ falls back to the default where it does not apply, but an unknown name is an err
 from __future__ import annotations
 
 import functools
-import os
 
+from .. import env
 from ..errors import AlgorithmError
 from . import registry
 from .registry import OPS
@@ -40,7 +40,7 @@ def default_algorithm(op: str, view, nbytes: int | None = None) -> str:
 
 def choose(op: str, view, algorithm=None, nbytes: int | None = None) -> str:
     """The algorithm to run: forced (argument, else NEURON_MPI_ALGO) or default."""
-    forced = algorithm if algorithm is not None else (os.environ.get("NEURON_MPI_ALGO") or None)
+    forced = algorithm if algorithm is not None else env.algorithm()
     if forced is None:
         return default_algorithm(op, view, nbytes)
     source = "algorithm" if algorithm is not None else "NEURON_MPI_ALGO"

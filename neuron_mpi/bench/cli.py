@@ -17,38 +17,37 @@ import os
 import re
 import sys
 
-from .. import catalog as cat
+from .. import env
+from ..cli import add_topology_arguments
 from ..algorithms.registry import add_argument as add_algorithm_argument
 from ..errors import NeuronMPIError
 from ..model import workload as W
 from . import report
-from .sizes import UsageError, UsageParser, size_arg, sweep
+from ..vocab import DTYPE_NAMES, REDUCE_OPS, dtype_help
+from .sizes import UsageError, UsageParser, add_size_arguments, sweep
 
 PROG = "neuron-mpi-bench"
-DTYPE_CHOICES = ("uint8", "int8", "fp8", "uint16", "int16", "fp16", "bf16", "uint32",
-                 "int32", "fp32", "fp64", "int64", "uint64")
-REDOPS = ("sum", "prod", "max", "min", "avg")
+STEP_FACTOR = 4
+DTYPE_CHOICES = DTYPE_NAMES
+REDOPS = REDUCE_OPS
 _STATS = re.compile(r"^(avg|p(\d+(\.\d+)?))$")
 
 
-def _positive(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
+def _at_least(low: int, what: str):
+    """argparse type: an integer >= low; the message says ``what`` is expected."""
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {v}")
+        return v
+    return parse
 
 
-def _non_negative(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
-    return v
+_positive = _at_least(1, "a positive integer")
+_non_negative = _at_least(0, "an integer >= 0")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,29 +58,16 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Example: neuron-mpirun -n 8 python -m neuron_mpi.bench all_reduce -b 1kb "
                "-e 4MB -f 4 -c random --vs-mpi. Sizes take units (8, 2kb, 1MB, 64M; "
                "1kb = 1024). Exit status: 0 ok, 1 wrong values, 2 usage error.")
-    p.add_argument("op", metavar="OP",
-                   help="all_reduce|allr, all_gather|allg, reduce_scatter|redsct, "
-                        "alltoall, permute, sendrecv, all_gather_v, reduce_scatter_v, "
-                        "alltoallv")
-    s = p.add_argument_group("sizes")
-    s.add_argument("-b", "--minbytes", type=size_arg, default=1 << 10, metavar="SIZE",
-                   help="smallest size (default 1kb)")
-    s.add_argument("-e", "--maxbytes", type=size_arg, default=1 << 20, metavar="SIZE",
-                   help="largest size (default 1MB)")
-    s.add_argument("-f", "--stepfactor", type=int, metavar="F",
-                   help="multiply the size by F (default 4)")
-    s.add_argument("-i", "--stepbytes", type=size_arg, metavar="SIZE",
-                   help="add SIZE to the size (instead of -f)")
+    p.add_argument("op", metavar="OP", help=W.ops_help())
+    add_size_arguments(p.add_argument_group("sizes"), 1 << 10, 1 << 20, STEP_FACTOR)
     r = p.add_argument_group("runs")
     r.add_argument("-n", "--iters", type=_positive, default=10, metavar="N",
                    help="timed iterations per size (default 10)")
     r.add_argument("-w", "--warmup_iters", type=_non_negative, default=2, metavar="N",
                    help="untimed iterations first (default 2)")
-    r.add_argument("-d", "--datatype", default="fp32", metavar="TYPE",
-                   help="data type (default fp32): " + " ".join(DTYPE_CHOICES)
-                        + " (and fp8_e5m2)")
+    r.add_argument("-d", "--datatype", default="fp32", metavar="TYPE", help=dtype_help())
     r.add_argument("-o", "--op", dest="redop", default="sum", metavar="OP",
-                   help="reduction: sum, prod, max, min, avg or all (default sum)")
+                   help=f"reduction: {', '.join(REDOPS)} or all (default sum)")
     r.add_argument("-c", "--check", metavar="MODE",
                    help="check results on extra iterations: random or all_ones")
     r.add_argument("-t", "--stats", default="avg", metavar="STAT",
@@ -104,14 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--link-stats", metavar="FILE", dest="link_stats",
                    help="write every rank's link_stats() (bytes and messages per link "
                         "since init), merged: the input of neuron-mpi topo --heat")
-    t = p.add_argument_group(
-        "topology", "Unset options come from env NEURON_MPI_INSTANCE, "
-        f"NEURON_LOGICAL_NC_CONFIG, NEURON_MPI_NODES (neuron-mpirun sets them), else "
-        f"{cat.DEFAULT_INSTANCE}.")
-    t.add_argument("--instance", metavar="NAME", help="one of: " + ", ".join(cat.CATALOG))
-    t.add_argument("--lnc", type=int, metavar="L", help="logical NeuronCore size (1 or 2)")
-    t.add_argument("-N", "--nnodes", "--nodes", type=int, metavar="N", dest="nodes",
-                   help="instances joined by EFA (nccom-test's -N)")
+    add_topology_arguments(p, "what the world size needs", " (neuron-mpirun sets them)",
+                           ("-N", "--nnodes", "--nodes"))
     return p
 
 
@@ -153,7 +133,7 @@ def parse_args(argv):
         raise UsageError(f"OP: {e}") from None
     f = args.stepfactor
     if f is None and args.stepbytes is None:
-        f = 4
+        f = STEP_FACTOR
     try:
         sizes = sweep(args.minbytes, args.maxbytes, f, args.stepbytes)
     except ValueError as e:
@@ -189,15 +169,6 @@ def parse_args(argv):
     return opts, args
 
 
-def env_rank() -> int | None:
-    """This process's MPI rank from the launcher's environment (before MPI starts)."""
-    for k in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MPI_LOCALRANKID"):
-        v = os.environ.get(k)
-        if v is not None and v.strip().isdigit():
-            return int(v)
-    return None
-
-
 def _fail(message: str, rank: int | None) -> int:
     if rank in (None, 0):
         sys.stderr.write(f"{PROG}: error: {message}\n")
@@ -221,7 +192,7 @@ def run(opts, command, out=None) -> int:
 def main(argv=None) -> int:
     command = [PROG] + (sys.argv[1:] if argv is None else list(argv))
     argv = sys.argv[1:] if argv is None else list(argv)
-    rank = env_rank()
+    rank = env.launcher_rank()
     try:
         opts, _ = parse_args(argv)
     except UsageError as e:

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..model import workload as W
 from ..schedule import offsets
+from ..vocab import DTYPE_NAMES, SMALL_FLOAT_NAMES
 from . import data
 
 
@@ -147,8 +148,7 @@ def mpi_reduce_op(redop: str):
             "min": MPI.MIN}[redop]
 
 
-_MPI_REDUCIBLE = ("fp32", "fp64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
-                  "int64", "uint64")
+_MPI_REDUCIBLE = tuple(n for n in DTYPE_NAMES if n not in SMALL_FLOAT_NAMES)
 
 
 def native_reduces(dtype) -> bool:

@@ -79,3 +79,16 @@ def size_arg(text):
         return parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_size_arguments(p, minbytes: int, maxbytes: int, stepfactor: int) -> None:
+    """nccom-test's sweep options -b -e -f -i on ``p`` (a parser or a group), with
+    these defaults (-f is left None when not given: ``sweep`` applies the default)."""
+    p.add_argument("-b", "--minbytes", type=size_arg, default=minbytes, metavar="SIZE",
+                   help=f"smallest size (default {human(minbytes)})")
+    p.add_argument("-e", "--maxbytes", type=size_arg, default=maxbytes, metavar="SIZE",
+                   help=f"largest size (default {human(maxbytes)})")
+    p.add_argument("-f", "--stepfactor", type=int, metavar="F",
+                   help=f"multiply the size by F (default {stepfactor})")
+    p.add_argument("-i", "--stepbytes", type=size_arg, metavar="SIZE",
+                   help="add SIZE to the size (instead of -f)")

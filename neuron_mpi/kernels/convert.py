@@ -6,28 +6,26 @@ from __future__ import annotations
 import numpy as np
 
 from . import bf16, fp8, fp16
-from .dtypes import DTYPES
+from .dtypes import DTYPES, REDUCE_OPS
 
 __all__ = ["SMALL_FLOAT_KERNELS", "to_float32", "from_float32"]
 
+def _kernels(module, prefix: str, view):
+    """(view dtype, {op: kernel}, divide, decode, encode) of one small float type:
+    ``module``'s functions ``<prefix>_<op>`` for each kernel reduce op, and
+    ``<prefix>_div``, ``_decode``, ``_encode``."""
+    k = {name: getattr(module, f"{prefix}_{name}")
+         for name in REDUCE_OPS + ("div", "decode", "encode")}
+    return (np.dtype(view), {op: k[op] for op in REDUCE_OPS}, k["div"], k["decode"],
+            k["encode"])
+
+
 #: dtype -> (view dtype, {op: kernel}, divide kernel, decode, encode)
 SMALL_FLOAT_KERNELS = {
-    DTYPES["bf16"]: (np.dtype(np.uint16), {
-        "sum": bf16.bf16_sum, "prod": bf16.bf16_prod,
-        "max": bf16.bf16_max, "min": bf16.bf16_min},
-        bf16.bf16_div, bf16.bf16_decode, bf16.bf16_encode),
-    DTYPES["fp16"]: (np.dtype(np.uint16), {
-        "sum": fp16.fp16_sum, "prod": fp16.fp16_prod,
-        "max": fp16.fp16_max, "min": fp16.fp16_min},
-        fp16.fp16_div, fp16.fp16_decode, fp16.fp16_encode),
-    DTYPES["fp8_e4m3"]: (np.dtype(np.uint8), {
-        "sum": fp8.e4m3_sum, "prod": fp8.e4m3_prod,
-        "max": fp8.e4m3_max, "min": fp8.e4m3_min},
-        fp8.e4m3_div, fp8.e4m3_decode, fp8.e4m3_encode),
-    DTYPES["fp8_e5m2"]: (np.dtype(np.uint8), {
-        "sum": fp8.e5m2_sum, "prod": fp8.e5m2_prod,
-        "max": fp8.e5m2_max, "min": fp8.e5m2_min},
-        fp8.e5m2_div, fp8.e5m2_decode, fp8.e5m2_encode),
+    DTYPES["bf16"]: _kernels(bf16, "bf16", np.uint16),
+    DTYPES["fp16"]: _kernels(fp16, "fp16", np.uint16),
+    DTYPES["fp8_e4m3"]: _kernels(fp8, "e4m3", np.uint8),
+    DTYPES["fp8_e5m2"]: _kernels(fp8, "e5m2", np.uint8),
 }
 
 

@@ -9,52 +9,27 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from ..vocab import DTYPE_ALIASES, DTYPE_NAMES, KERNEL_REDUCE_OPS, SMALL_FLOAT_NAMES
+
 __all__ = ["DTYPES", "REDUCE_OPS", "SMALL_FLOATS", "canonical_dtype", "dtype_name"]
 
-#: Canonical short name -> numpy dtype, for every type a collective may carry.
-DTYPES: dict[str, np.dtype] = {
-    "fp32": np.dtype(np.float32),
-    "fp16": np.dtype(np.float16),
-    "bf16": np.dtype(ml_dtypes.bfloat16),
-    "fp8_e4m3": np.dtype(ml_dtypes.float8_e4m3fn),
-    "fp8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
-    "int8": np.dtype(np.int8),
-    "uint8": np.dtype(np.uint8),
-    "int16": np.dtype(np.int16),
-    "uint16": np.dtype(np.uint16),
-    "int32": np.dtype(np.int32),
-    "uint32": np.dtype(np.uint32),
-    "int64": np.dtype(np.int64),
-    "uint64": np.dtype(np.uint64),
-    "fp64": np.dtype(np.float64),
-}
+#: Canonical short name -> numpy dtype, for every type a collective may carry
+#: (the names: neuron_mpi.vocab.DTYPE_NAMES, in this order).
+DTYPES: dict[str, np.dtype] = dict(zip(DTYPE_NAMES, map(np.dtype, (
+    np.float32, np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn,
+    ml_dtypes.float8_e5m2, np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32,
+    np.int64, np.uint64, np.float64)), strict=True))
 
 #: The reduction operators; "avg" is "sum" followed by ``divide_into``.
-REDUCE_OPS = ("sum", "prod", "max", "min")
+REDUCE_OPS = KERNEL_REDUCE_OPS
 
 #: Floating types narrower than fp32: arithmetic runs in float32 and each
 #: result is rounded back (round to nearest, ties to even).
-SMALL_FLOATS = frozenset(DTYPES[k] for k in ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2"))
+SMALL_FLOATS = frozenset(DTYPES[k] for k in SMALL_FLOAT_NAMES)
 
-# Lower-case spelling -> short name.  Strings only.  Where NCCL and numpy
-# disagree, these follow NCCL / nccl-tests: "float" is fp32 (numpy: float64),
-# "int" is int32 and "uint" uint32 (numpy: 64 bits); the Python types float
-# and int keep numpy's meaning.  numpy's own codes ("f4", "i8" = int64, "u2")
-# are left to numpy, so no alias here collides with one.
-_ALIASES: dict[str, str] = {name: name for name in DTYPES}
-_ALIASES.update({
-    "float": "fp32", "float32": "fp32", "single": "fp32",
-    "half": "fp16", "float16": "fp16",
-    "bfloat16": "bf16",
-    # fp8 e4m3 is the "fn" variant: no infinity, one NaN per sign
-    "fp8": "fp8_e4m3", "e4m3": "fp8_e4m3", "f8e4m3": "fp8_e4m3", "fp8e4m3": "fp8_e4m3",
-    "fp8_e4m3fn": "fp8_e4m3", "float8_e4m3": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3",
-    "e5m2": "fp8_e5m2", "f8e5m2": "fp8_e5m2", "fp8e5m2": "fp8_e5m2",
-    "float8_e5m2": "fp8_e5m2",
-    "double": "fp64", "float64": "fp64",
-    # NCCL: ncclChar = int8, ncclInt = int32, ncclUint32
-    "char": "int8", "short": "int16", "int": "int32", "uint": "uint32",
-})
+# Lower-case spelling -> short name (neuron_mpi.vocab).  Strings only; the Python
+# types float and int keep numpy's meaning.
+_ALIASES = DTYPE_ALIASES
 
 _NAMES: dict[np.dtype, str] = {dt: name for name, dt in DTYPES.items()}
 

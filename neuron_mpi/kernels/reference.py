@@ -9,13 +9,14 @@ from .dtypes import SMALL_FLOATS
 
 __all__ = ["reduce_into_ref", "divide_into_ref"]
 
-_UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+#: the numpy ufunc of each kernel reduce op
+UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
 def reduce_into_ref(dst: np.ndarray, src: np.ndarray, op: str) -> None:
     """``dst[:] = op(dst, src)``; small floats go through float32."""
     check_pair(dst, src, op)
-    ufunc = _UFUNCS[op]
+    ufunc = UFUNCS[op]
     with np.errstate(all="ignore"):
         if dst.dtype in SMALL_FLOATS:
             wide = ufunc(dst.astype(np.float32), src.astype(np.float32))

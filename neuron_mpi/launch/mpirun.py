@@ -34,6 +34,9 @@ import sys
 from pathlib import Path
 
 from neuron_mpi import catalog as cat
+from neuron_mpi.cli import add_topology_arguments
+from neuron_mpi import env as settings
+from neuron_mpi.env import default_numba_cache  # noqa: F401  (a public name here too)
 from neuron_mpi.errors import NeuronMPIError
 
 PROG = "neuron-mpirun"
@@ -77,14 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                "'python X' runs as 'python -m mpi4py X' so an uncaught exception on one "
                "rank aborts the job. Exit status: the job's (128+N if killed by signal "
                f"N; {TIMEOUT_STATUS} on --timeout; 2 for a bad launch).")
-    g = p.add_argument_group(
-        "topology", "Unset options come from env NEURON_MPI_INSTANCE, "
-        f"NEURON_LOGICAL_NC_CONFIG, NEURON_MPI_NODES, else {cat.DEFAULT_INSTANCE} at its "
-        "default LNC; the children get the result in the same variables.")
-    g.add_argument("--instance", metavar="NAME",
-                   help="instance type, one of: " + ", ".join(cat.CATALOG))
-    g.add_argument("--lnc", type=int, metavar="L", help="logical NeuronCore size (1 or 2)")
-    g.add_argument("--nodes", type=int, metavar="N", help="instances joined by EFA")
+    add_topology_arguments(p, "what -n needs",
+                           "; the children get the result in the same variables")
     p.add_argument("-n", "--np", dest="ranks", type=int, metavar="RANKS",
                    help="number of ranks (default: every rank of every node)")
     p.add_argument("--timeout", type=float, metavar="S",
@@ -192,11 +189,6 @@ def with_mpi4py(command: list[str]) -> list[str]:
     return command[:i] + ["-m", "mpi4py"] + command[i:]
 
 
-def default_numba_cache() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return str(Path(base) / "neuron_mpi" / "numba")
-
-
 def resolve_world(instance, lnc, nodes, ranks):
     """(topology, ranks): the topology the flags and env give, checked against -n."""
     from neuron_mpi.topology import Topology, resolve
@@ -235,8 +227,8 @@ def build_command(args) -> tuple[list[str], dict[str, str]]:
     env["NEURON_MPI_INSTANCE"] = topo.instance
     env["NEURON_LOGICAL_NC_CONFIG"] = str(topo.lnc)
     env["NEURON_MPI_NODES"] = str(topo.nodes)
-    if not os.environ.get("NUMBA_CACHE_DIR"):
-        env["NUMBA_CACHE_DIR"] = default_numba_cache()
+    if not settings.numba_cache_dir():
+        env["NUMBA_CACHE_DIR"] = settings.default_numba_cache()
     argv = [find_mpiexec(getattr(args, "mpiexec", None)), "-n", str(ranks)]
     hostfile, hosts = getattr(args, "hostfile", None), getattr(args, "host", None)
     if hostfile and hosts:
@@ -246,8 +238,7 @@ def build_command(args) -> tuple[list[str], dict[str, str]]:
             raise LaunchError(f"--hostfile: {hostfile!r} not found")
         argv += ["--hostfile", hostfile] if hostfile else ["--host", hosts]
         argv += ["--map-by", f"ppr:{topo.ranks_per_node}:node:oversubscribe"]
-        names = sorted(set(env) | {k for k in os.environ
-                                   if k.startswith("NEURON_") or k == "NUMBA_CACHE_DIR"})
+        names = sorted(set(env) | set(settings.forwarded()))
         for k in names:
             argv += ["-x", k]
     argv += with_mpi4py(own_python(args.command))
@@ -322,7 +313,7 @@ def main(argv=None) -> int:
                 print("# warm-up: " + " ".join(map(shlex.quote, warm[:2])) + " '...'")
             print(shlex.join(cmd))
             return 0
-        env = {**os.environ, **additions}
+        env = settings.for_children(additions)
         if warm:
             _warm(warm, env)
         return _run(cmd, env, args.timeout)

@@ -13,12 +13,13 @@ import argparse
 import sys
 import time
 
-from .. import catalog as cat
+from ..cli import add_topology_arguments
 from ..algorithms.registry import add_argument as add_algorithm_argument
 from ..errors import NeuronMPIError
 from ..bench import report
-from ..bench.sizes import UsageError, UsageParser, size_arg, sweep
-from .workload import OPS
+from ..bench.sizes import UsageError, UsageParser, add_size_arguments, sweep
+from ..vocab import REDUCE_OPS, dtype_help
+from .workload import ops_help
 
 PROG = "neuron-mpi-model"
 
@@ -27,29 +28,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = UsageParser(prog=PROG, description="Modeled time and bandwidth of a collective on real "
                 "AWS Neuron hardware: the schedule the emulator runs, priced on the "
                 "catalog's links (docs/model.md). Runs no MPI.")
-    p.add_argument("op", metavar="OP", help="one of: " + ", ".join(OPS)
-                   + " (nccom-test aliases: allr, allg, redsct)")
-    p.add_argument("--instance", metavar="NAME", help="one of: " + ", ".join(cat.CATALOG)
-                   + f" (default: env NEURON_MPI_INSTANCE, else {cat.DEFAULT_INSTANCE})")
-    p.add_argument("--lnc", type=int, metavar="L", help="logical NeuronCore size (1 or 2)")
+    p.add_argument("op", metavar="OP", help=ops_help())
+    add_topology_arguments(p, "1", "", ("-N", "--nnodes", "--nodes"))
     p.add_argument("-r", "--nworkers", type=int, metavar="R", dest="ranks",
                    help="ranks (default: every core of every node); fewer than a node: "
                         "the first R cores")
-    p.add_argument("-N", "--nnodes", "--nodes", type=int, metavar="N", dest="nodes",
-                   help="instances joined by EFA (default 1)")
-    p.add_argument("-b", "--minbytes", type=size_arg, default=8, metavar="SIZE",
-                   help="smallest size (default 8)")
-    p.add_argument("-e", "--maxbytes", type=size_arg, default=1 << 30, metavar="SIZE",
-                   help="largest size (default 1GB)")
-    p.add_argument("-f", "--stepfactor", type=int, metavar="F",
-                   help="multiply the size by F (default 2)")
-    p.add_argument("-i", "--stepbytes", type=size_arg, metavar="SIZE",
-                   help="add SIZE to the size instead")
-    p.add_argument("-d", "--datatype", default="fp32", metavar="TYPE",
-                   help="data type (default fp32): uint8 int8 fp8 uint16 int16 fp16 bf16 "
-                        "uint32 int32 fp32 fp64 int64 uint64")
-    p.add_argument("-o", "--op", dest="redop", default="sum",
-                   choices=("sum", "prod", "max", "min", "avg"),
+    add_size_arguments(p, 8, 1 << 30, 2)
+    p.add_argument("-d", "--datatype", default="fp32", metavar="TYPE", help=dtype_help())
+    p.add_argument("-o", "--op", dest="redop", default="sum", choices=REDUCE_OPS,
                    help="reduction (default sum); avg adds the division")
     add_algorithm_argument(p)
     p.add_argument("--custom-replica-groups", metavar="JSON", dest="groups",

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..algorithms.registry import NEURON_OPS
+from .workload import OPS as BENCH_OPS, schedule_op
+
 GIB = 1024**3 / 1e9  # GiB/s -> GB/s (nccom-test prints GiB/s)
 
 
@@ -130,13 +133,12 @@ KIND_FALLBACK = {"reduce_scatter": "all_gather", "all_gather_v": "all_gather",
                  "permute": "all_gather", "p2p": "permute", "all_gather": "all_reduce"}
 FAMILY_FALLBACK = {"inf2": "trn1", "trn1": "trn2", "trn2": "trn1"}
 
-OP_KIND = {"all_reduce": "all_reduce", "all_gather": "all_gather",
-           "all_gather_v": "all_gather_v", "reduce_scatter": "reduce_scatter",
-           "reduce_scatter_v": "reduce_scatter_v", "alltoall": "all_to_all",
-           "alltoallv": "all_to_all", "permute": "permute", "sendrecv": "p2p",
-           # schedule op names (a CallRecord's op)
-           "all_to_all": "all_to_all", "all_to_all_v": "all_to_all",
-           "broadcast": "all_gather", "barrier": "all_reduce"}
+#: the figures each operation is priced with: an operation is its own kind unless
+#: named here (schedule op names, a CallRecord's op; bench names go by their schedule op)
+_KIND = {"all_to_all_v": "all_to_all", "broadcast": "all_gather", "barrier": "all_reduce"}
+OP_KIND = {op: _KIND.get(op, op) for op in NEURON_OPS}
+OP_KIND.update({op: OP_KIND[schedule_op(op)] for op in BENCH_OPS})
+OP_KIND["sendrecv"] = "p2p"  # a bench op that permute's schedule runs
 
 
 def _runtimes(runtime: str):

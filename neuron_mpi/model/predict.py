@@ -9,11 +9,10 @@ from ..algorithms.select import choose, schedule_for
 from ..errors import TopologyError
 from ..schedule import CallRecord
 from ..topology import Topology, resolve
+from ..vocab import REDUCE_OPS
 from .cost import Cost, price
 from .workload import (Workload, bus_factor, canonical_op, workload,
                        workload_counts, workload_pairs)
-
-REDUCE_OPS = ("sum", "prod", "max", "min", "avg")
 
 
 @dataclass

@@ -28,12 +28,15 @@ _TABLE = {
     "alltoallv": ("all_to_all_v", "collective", False),
 }
 OPS = tuple(_TABLE)
+#: the v forms (uneven counts)
+V_OPS = tuple(op for op in OPS if _TABLE[op][0].endswith("_v"))
 
-#: nccom-test spellings first, then nccl-tests' and our API's
+#: nccom-test's short spellings
+NCCOM_ALIASES = {"allr": "all_reduce", "allg": "all_gather", "redsct": "reduce_scatter"}
+#: every other spelling accepted: nccom-test's, then nccl-tests' and our API's
 ALIASES = {
-    "allr": "all_reduce", "allreduce": "all_reduce",
-    "allg": "all_gather", "allgather": "all_gather",
-    "redsct": "reduce_scatter", "reducescatter": "reduce_scatter",
+    **NCCOM_ALIASES,
+    "allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
     "all_to_all": "alltoall", "a2a": "alltoall",
     "all_to_all_v": "alltoallv", "alltoall_v": "alltoallv",
     "allgatherv": "all_gather_v", "allgather_v": "all_gather_v",
@@ -52,7 +55,14 @@ def canonical_op(name: str) -> str:
     if key in ALIASES:
         return ALIASES[key]
     raise ValueError(f"unknown operation {name!r}; expected one of: "
-                     + ", ".join(OPS) + " (aliases: allr, allg, redsct, all_to_all, ...)")
+                     + ", ".join(OPS) + " (aliases: " + ", ".join(NCCOM_ALIASES)
+                     + ", all_to_all, ...)")
+
+
+def ops_help() -> str:
+    """The OP argument's help: every op, with nccom-test's short spelling after a |."""
+    return ", ".join("|".join([op] + [a for a, o in NCCOM_ALIASES.items() if o == op])
+                     for op in OPS)
 
 
 def schedule_op(op: str) -> str:

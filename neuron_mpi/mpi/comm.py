@@ -6,6 +6,7 @@ from mpi4py import MPI as _MPI
 from mpi4py.util.dtlib import to_numpy_dtype
 
 from .. import kernels
+from ..kernels.reference import UFUNCS as _UFUNC
 from ..errors import InvalidArgumentError
 
 _OPS = None
@@ -21,8 +22,6 @@ def _op_name(op) -> str:
     raise NotImplementedError(
         f"op: neuron_mpi.mpi reduces with MPI.SUM, PROD, MAX or MIN only, got {op!r}")
 
-
-_UFUNC = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
 def _pickle_refused(name):

@@ -21,29 +21,24 @@ docs/api.md ("Front-ends").
 """
 from __future__ import annotations
 
-import os
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
+from .. import env
 from ..errors import InvalidArgumentError, NeuronMPIError
 from .tensors import as_numpy, complex_ok
 
 BACKEND = "neuron"
 
-_MPI_ENV = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE")
-
-
 def _env_from_mpi() -> None:
     """Under an MPI launcher, fill RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
     MASTER_PORT (torch's env:// rendezvous) from MPI where they are not set: rank 0
     picks a free port and broadcasts it. Collective over MPI.COMM_WORLD."""
-    if not any(k in os.environ for k in _MPI_ENV):
+    if not env.under_mpi_launcher():
         return
-    need = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-            if k not in os.environ]
-    if not need:
+    if not env.unset(("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
         return
     import socket
 
@@ -57,11 +52,10 @@ def _env_from_mpi() -> None:
             port = s.getsockname()[1]
         addr = "127.0.0.1" if len(set(names)) == 1 else socket.gethostbyname(socket.gethostname())
     addr, port = world.bcast((addr, port), root=0)
-    os.environ.setdefault("RANK", str(world.Get_rank()))
-    os.environ.setdefault("WORLD_SIZE", str(world.Get_size()))
-    os.environ.setdefault("LOCAL_RANK", str(names[:world.Get_rank()].count(names[world.Get_rank()])))
-    os.environ.setdefault("MASTER_ADDR", addr)
-    os.environ.setdefault("MASTER_PORT", str(port))
+    me = world.Get_rank()
+    env.set_defaults({"RANK": me, "WORLD_SIZE": world.Get_size(),
+                      "LOCAL_RANK": names[:me].count(names[me]),
+                      "MASTER_ADDR": addr, "MASTER_PORT": port})
 
 
 _WORLD = []

@@ -212,10 +212,16 @@ class BoardAgreement:
         self.execution = None  # the Execution that runs it (set by the caller)
 
     def finish(self) -> None:
-        """Every member has arrived: the parity turns over, as on the Python path."""
+        """Every member has arrived: the parity turns over, as on the Python path.
+        The execution is let go (it and this object refer to each other: holding on
+        would keep the call's buffers alive until the next call or a garbage
+        collection, and fresh buffers every call cost page faults)."""
         self.finished = True
         self.board.done(self.parity)
         self.control._parity ^= 1
+        self.execution = None
+        if self.control._open is self:
+            self.control._open = None
 
     def raise_mismatch(self):
         from .agree import compare

@@ -10,6 +10,7 @@ the same comparison on the same table, so all raise the same error or none does.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import numpy as np
@@ -28,6 +29,18 @@ _DTYPE_NAMES = list(DTYPES)
 
 def digest(*parts) -> int:
     """A 62-bit digest of integers (pairs, counts) that all ranks compute alike."""
+    try:
+        return _digest_cached(parts)
+    except TypeError:  # a list among the parts: not hashable, not cached
+        return _digest(parts)
+
+
+@functools.lru_cache(maxsize=256)
+def _digest_cached(parts) -> int:
+    return _digest(parts)
+
+
+def _digest(parts) -> int:
     h = hashlib.blake2b(digest_size=8)
     for p in parts:
         h.update(np.asarray(p, np.int64).tobytes())
@@ -37,17 +50,23 @@ def digest(*parts) -> int:
 
 def fingerprint(op, seq, count=0, dtype=None, reduce_op=None, root=-1, dig=0,
                 algorithm=None, status=0) -> np.ndarray:
-    fp = np.zeros(len(FIELDS), np.int64)
-    fp[STATUS] = status
-    fp[OP] = _OPS.index(op) if op in _OPS else -1
-    fp[SEQ] = seq
-    fp[COUNT] = count
-    fp[DTYPE] = _DTYPE_NAMES.index(dtype_name(dtype)) if dtype is not None else -1
-    fp[REDOP] = _REDOPS.index(reduce_op) if reduce_op in _REDOPS else -1
-    fp[ROOT] = root
-    fp[DIGEST] = dig
-    fp[ALGO] = ALGORITHMS.index(algorithm) if algorithm in ALGORITHMS else -1
-    return fp
+    return np.array((status, _OP_CODE.get(op, -1), seq, count,
+                     -1 if dtype is None else _dtype_code(dtype),
+                     _REDOP_CODE.get(reduce_op, -1), root, dig,
+                     _ALGO_CODE.get(algorithm, -1)), np.int64)
+
+
+_OP_CODE = {name: i for i, name in enumerate(_OPS)}
+_REDOP_CODE = {name: i for i, name in enumerate(_REDOPS)}
+_ALGO_CODE = {name: i for i, name in enumerate(ALGORITHMS)}
+_DTYPE_CODE: dict = {}
+
+
+def _dtype_code(dtype) -> int:
+    code = _DTYPE_CODE.get(dtype)
+    if code is None:
+        code = _DTYPE_CODE[dtype] = _DTYPE_NAMES.index(dtype_name(dtype))
+    return code
 
 
 def _show(field: int, v: int) -> str:

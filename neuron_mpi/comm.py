@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import functools
 import hashlib
+import math
 import time
 
 import numpy as np
@@ -88,6 +89,16 @@ class Handle:
             self._result = self._finish()
             self._finished = True
         return self._result
+
+
+_DTYPE_STR: dict = {}
+
+
+def _dtype_str(dtype) -> str:
+    s = _DTYPE_STR.get(dtype)
+    if s is None:
+        s = _DTYPE_STR[dtype] = str(dtype)
+    return s
 
 
 def _child_id(parent: int, nsplit: int, index: int) -> int:
@@ -220,13 +231,14 @@ class Communicator:
              async_op=False, timeout=None, fp_count=None, dig=0, rows=None):
         """x: validated input; out: validated out or None."""
         avg = reduce_op == "avg"
-        nbytes = max(int(x.nbytes), int(np.prod(out_shape, dtype=np.int64)) * x.itemsize)
+        nbytes = max(int(x.nbytes), math.prod(out_shape) * x.itemsize)
         algo = choose(op, self._view, algorithm, nbytes)
         seconds = _timeout_seconds(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
         seq = self._seq + 1
         count = int(x.size) if fp_count is None else fp_count
-        entry = self._recorder.start(self._id, seq, op, algo, count, str(x.dtype), self.size)
+        entry = self._recorder.start(self._id, seq, op, algo, count, _dtype_str(x.dtype),
+                                     self.size)
         self._seq = seq
         eng = self._engine
         tr = _tracing.ACTIVE
@@ -259,8 +271,8 @@ class Communicator:
         result = out if out is not None else np.empty(out_shape, x.dtype)
         target = result if result.flags.c_contiguous else np.empty(out_shape, x.dtype)
         out_flat = target.reshape(-1)
-        if x_flat.size and out_flat.size and np.may_share_memory(x_flat, out_flat) and \
-                np.shares_memory(x_flat, out_flat):
+        if out is not None and x_flat.size and out_flat.size and \
+                np.may_share_memory(x_flat, out_flat) and np.shares_memory(x_flat, out_flat):
             x_flat = x_flat.copy()  # in place: keep the input readable throughout
         bufs = make_buffers(x_flat, out_flat, plan.tmp_elems, x.dtype)
         ex = Execution(eng, plan, bufs, self._id, seq, op, "sum" if avg else reduce_op,

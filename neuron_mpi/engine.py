@@ -293,6 +293,11 @@ class Engine:
                 # the only work in flight: run it compiled, to its end
                 if lone.run(deadline) == TIMEOUT:
                     raise on_timeout()
+                if lone.done:
+                    # it was the only one in flight: no pass over the others needed
+                    self.active = [a for a in self.active if a is not lone]
+                    if done():
+                        return
             seen = self.bell.value()
             moved = self.progress()
             if done():

@@ -21,7 +21,9 @@ import time
 import numpy as np
 
 from . import kernels
+from .kernels.bytes import CODES
 from .schedule import IN, OUT, TMP, Locals, Round
+from .transport import native
 
 
 class Send:
@@ -321,8 +323,6 @@ class Execution:
     # --- the compiled data plane -------------------------------------------------------
     def _native_args(self):
         if self._nargs is None:
-            from .kernels.bytes import CODES
-
             shm = self.engine.shm
             np_ = self.plan.native
             b0, b1, b2 = (self._bytes(self.bufs[b]) for b in _BUF_NAME)
@@ -347,8 +347,6 @@ class Execution:
 
     def _native_status(self, status) -> bool:
         """Act on what the compiled pass returned; True once the execution is done."""
-        from .transport import native
-
         ag = self.agreement
         if ag is not None and not ag.finished and (self._xs[3] == 0 or
                                                    status == native.MISMATCH):
@@ -375,8 +373,6 @@ class Execution:
         return False
 
     def _native_advance(self) -> bool:
-        from .transport import native
-
         args = self._native_args()
         while True:
             status, _ = native.exec_pass(*args)
@@ -416,8 +412,6 @@ class Execution:
     def run(self, deadline) -> int:
         """Run to the end on this thread (compiled, sleeping on the doorbell while it
         waits); returns transport.native's DONE, TIMEOUT or PYTHON."""
-        from .transport import native
-
         deadline_ns = -1 if deadline is None else int(
             (deadline - time.monotonic()) * 1e9 + time.clock_gettime_ns(time.CLOCK_MONOTONIC))
         status = native.exec_run(*self._native_args(), deadline_ns)

@@ -43,9 +43,10 @@ def reduce_op(op) -> str:
 
 
 def integer(v, name, lo=None, hi=None) -> int:
-    if isinstance(v, bool) or not isinstance(v, (numbers.Integral, np.integer)):
-        raise arg_error(name, "an integer", v)
-    v = operator.index(v)
+    if type(v) is not int:  # the common case skips the abstract-class checks
+        if isinstance(v, bool) or not isinstance(v, (numbers.Integral, np.integer)):
+            raise arg_error(name, "an integer", v)
+        v = operator.index(v)
     if lo is not None and v < lo or hi is not None and v > hi:
         rng = f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}"
         raise arg_error(name, rng, v)
@@ -82,9 +83,21 @@ def rank(v, n: int, name: str) -> int:
 
 def pairs(p, n: int, name="pairs") -> tuple[tuple[int, int], ...]:
     try:
-        items = [tuple(q) for q in p]
+        items = tuple(tuple(q) for q in p)
     except TypeError:
         raise arg_error(name, "a list of (src, dst) pairs", p) from None
+    # the common case in a few C-level passes (a permute of 64 ranks checked pair by
+    # pair costs more than its data); anything unusual takes the path that names it
+    if all(len(q) == 2 and type(q[0]) is int and type(q[1]) is int for q in items):
+        srcs = {q[0] for q in items}
+        dsts = {q[1] for q in items}
+        if len(srcs) == len(dsts) == len(items) and \
+                (not items or min(min(srcs), min(dsts)) >= 0 and max(max(srcs), max(dsts)) < n):
+            return items
+    return _pairs_named(items, n, name)
+
+
+def _pairs_named(items, n: int, name: str) -> tuple[tuple[int, int], ...]:
     srcs, dsts = set(), set()
     out = []
     for i, q in enumerate(items):

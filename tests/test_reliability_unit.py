@@ -60,6 +60,11 @@ def test_error_hierarchy():
     (lambda: V.pairs([(0, 1), (0, 2)], 4), "pairs: rank 0 sends more than once"),
     (lambda: V.pairs([(0, 4)], 4), "pairs[0][1]: expected an integer in [0, 3], got 4"),
     (lambda: V.pairs([(0, 1, 2)], 4), "pairs[0]: expected a (src, dst) pair"),
+    (lambda: V.pairs([(0, 1), (1.0, 2)], 4), "pairs[1][0]: expected an integer, got 1.0"),
+    (lambda: V.pairs([(0, True)], 4), "pairs[0][1]: expected an integer, got True"),
+    (lambda: V.pairs([(-1, 0)], 4), "pairs[0][0]: expected an integer in [0, 3], got -1"),
+    (lambda: V.pairs([(0, 1), (np.int64(2), 1)], 4), "pairs: rank 1 receives more than once"),
+    (lambda: V.pairs([(0,)], 4), "pairs[0]: expected a (src, dst) pair"),
     (lambda: V.replica_groups([[0, 1], [1, 2]], 4), "rank 1 appears in more than one group"),
     (lambda: V.replica_groups([[0, 5]], 4), "replica_groups[0]: expected an integer in [0, 3]"),
     (lambda: V.replica_groups([[]], 4), "replica_groups[0]: expected a non-empty group"),
@@ -68,6 +73,14 @@ def test_local_checks_name_the_argument(fn, needle):
     with pytest.raises(InvalidArgumentError) as info:
         fn()
     assert needle in str(info.value)
+
+
+def test_valid_pairs_come_back_as_int_tuples():
+    ring = [(i, (i + 1) % 64) for i in range(64)]
+    assert V.pairs(ring, 64) == tuple(ring)
+    assert V.pairs([[np.int32(3), 0], (0, np.int64(3))], 4) == ((3, 0), (0, 3))
+    assert all(type(v) is int for q in V.pairs([(np.int8(1), 2)], 4) for v in q)
+    assert V.pairs([], 4) == ()
 
 
 def test_read_only_out_is_refused():

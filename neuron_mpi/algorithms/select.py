@@ -24,6 +24,12 @@ _APPLIES = {op: registry.applies_to(op) for op in OPS}
 
 def explain(op: str, view, nbytes: int | None = None) -> tuple[str, str]:
     """(default algorithm, the rule that picked it, with its source)."""
+    return _explain(op, view, nbytes)
+
+
+@functools.lru_cache(maxsize=1024)
+def _explain(op: str, view, nbytes: int | None) -> tuple[str, str]:
+    # the registry's rules depend on nothing else, and every call asks
     for algo in registry.algorithms():
         if algo.reason(op, view) is None:
             why = algo.prefer(op, view, nbytes)

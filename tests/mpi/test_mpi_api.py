@@ -66,6 +66,22 @@ def test_async_with_sync_call_in_between(comm):
     assert_same(h.wait(), want, "async all_reduce")
 
 
+def test_finished_calls_leave_nothing_in_flight(comm):
+    """A blocking call that ran compiled leaves the engine empty, so the next one
+    runs compiled too (a finished execution left in flight sends every later call
+    down the Python path)."""
+    x, want = _sum_input(comm, "nothing-in-flight", 5)
+    eng = comm._engine
+    for _ in range(3):
+        assert_same(comm.all_reduce(x), want, "all_reduce")
+        assert not [e for e in eng.active if e.done]
+    h = comm.all_reduce(x, async_op=True)
+    assert_same(h.wait(), want, "async all_reduce")
+    assert not [e for e in eng.active if e.done]
+    if eng.shm is not None and eng.mpi is None:
+        assert eng.solo()
+
+
 # --- out= and in place -------------------------------------------------------------------
 def test_out_is_returned(comm):
     n, me = comm.size, comm.rank

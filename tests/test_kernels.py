@@ -523,3 +523,39 @@ def test_concurrent_threads_agree():
         t.join()
     for o in outs:
         assert_bits_equal(o, want, a, b, "sum")
+
+
+# --- byte copies of the shared-memory data plane ---------------------------------------------
+@pytest.mark.parametrize("n", [0, 1, 7, 4096, (1 << 18) + 3])
+def test_copy_bytes_matches_slice_assignment(n):
+    from neuron_mpi.kernels.bytes import copy_bytes
+
+    rng = np.random.default_rng(n)
+    src = rng.integers(0, 256, n + 16, dtype=np.uint8)
+    dst = rng.integers(0, 256, n + 32, dtype=np.uint8)
+    want = dst.copy()
+    want[9:9 + n] = src[5:5 + n]
+    copy_bytes(dst, 9, src, 5, n)
+    assert np.array_equal(dst, want)
+
+
+@pytest.mark.parametrize("shift", [-13, 13])
+def test_copy_bytes_overlapping_ranges_as_numpy(shift):
+    from neuron_mpi.kernels.bytes import copy_bytes
+
+    a = (np.arange(300) % 251).astype(np.uint8)
+    want = a.copy()
+    want[50 + shift:250 + shift] = a[50:250].copy()
+    copy_bytes(a, 50 + shift, a, 50, 200)
+    assert np.array_equal(a, want)
+
+
+def test_copy_bytes_strided_and_out_of_range():
+    from neuron_mpi.kernels.bytes import copy_bytes
+
+    base = np.zeros(64, np.uint8)
+    view = base[::2]  # not contiguous: the element-wise path
+    copy_bytes(view, 3, np.arange(10, dtype=np.uint8), 2, 6)
+    assert list(view[3:9]) == [2, 3, 4, 5, 6, 7] and not base[1::2].any()
+    with pytest.raises(IndexError):
+        copy_bytes(base, 60, base, 0, 8)

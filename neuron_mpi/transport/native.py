@@ -20,7 +20,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from ..kernels.atomics import _cmpxchg, _fetch_add, _load, _store  # noqa: F401
-from ..kernels.bytes import reduce_bytes
+from ..kernels.bytes import copy_bytes, reduce_bytes
 from ..kernels.llvm_ops import JIT_OPTIONS
 
 SUPPORTED = platform.machine().lower() in ("x86_64", "amd64")
@@ -149,8 +149,7 @@ def post(seg, g, gen, dst, head, payload, charges, c_lo, c_hi):
     h = slot * HDR_WORDS
     for j in range(8):
         hdr[h + j] = head[j]
-    d = g[G_DATA] + slot * g[G_S]
-    seg[d:d + n] = payload
+    copy_bytes(seg, g[G_DATA] + slot * g[G_S], payload, 0, n)
     gen[0] += 1
     _store(state, slot, gen[0])
     ring(seg, g, dst, 0)
@@ -290,13 +289,12 @@ def _locals(locs, lo, hi, b0, b1, b2, code):
     for j in range(lo, hi):
         kind, sb, so, db, do, n = (locs[j, 0], locs[j, 1], locs[j, 2], locs[j, 3],
                                    locs[j, 4], locs[j, 5])
-        dst = _buf(db, b0, b1, b2)[do:do + n]
         if kind == 0:
-            dst[:] = _buf(sb, b0, b1, b2)[so:so + n]
+            copy_bytes(_buf(db, b0, b1, b2), do, _buf(sb, b0, b1, b2), so, n)
         elif kind == 1:
-            reduce_bytes(code, dst, _buf(sb, b0, b1, b2)[so:so + n])
+            reduce_bytes(code, _buf(db, b0, b1, b2)[do:do + n], _buf(sb, b0, b1, b2)[so:so + n])
         else:
-            dst[:] = 0
+            _buf(db, b0, b1, b2)[do:do + n] = 0
     return True
 
 
@@ -387,7 +385,7 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
                 if recvs[row, 5]:
                     reduce_bytes(code, dst[off:off + n], seg[d:d + n])
                 else:
-                    dst[off:off + n] = seg[d:d + n]
+                    copy_bytes(dst, off, seg, d, n)
                 release(seg, g, slot)
                 flags[ns + i] = 1
                 moved = True

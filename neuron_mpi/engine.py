@@ -488,6 +488,31 @@ class Agent(threading.Thread):
                 os._exit(70)
 
 
+def _load_data_plane(dom: MPI.Comm) -> None:
+    """Compile, or load from numba's disk cache, the shared-memory data plane (the
+    atomics and transport.native) here in init, where no deadline runs. Left to the
+    first collective, a cold compile (tens of seconds per process, minutes with 8
+    ranks on 2 cores) came out of that call's deadline, and the ranks, compiling at
+    different speeds, timed out in its argument agreement, each naming the ranks
+    that had not yet published (``no agreement ... within 60 s``). The domain's first
+    rank goes first, so the others load what it wrote instead of all compiling at
+    once; the caller's collectives after this line keep init in step."""
+    from .kernels import atomics
+    from .transport import native
+
+    def load():
+        atomics.warm()
+        if native.SUPPORTED:
+            native.warm()
+
+    first = dom.Get_rank() == 0
+    if first:
+        load()
+    dom.Barrier()
+    if not first:
+        load()
+
+
 def make_engine(world: MPI.Comm, topo) -> Engine:
     """The engine of this process for ``world`` (collective over it): the shared
     segment of this rank's domain unless NEURON_MPI_TRANSPORT=mpi, MPI for the rest."""
@@ -518,6 +543,7 @@ def make_engine(world: MPI.Comm, topo) -> Engine:
         if dom.Get_size() > 1:
             seg = Segment(dom, members.tolist(), topo.size, slots, piece)
             shm = ShmTransport(seg, rank)
+            _load_data_plane(dom)
         dom.Free()
     everyone_local = shm is not None and len(shm.members) == topo.size
     all_local = np.array([1 if everyone_local else 0], np.int64)

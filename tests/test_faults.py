@@ -12,6 +12,9 @@
 * tests/fault_programs/straggler.py: a straggler above the timeout with
   NEURON_MPI_TRACE_DIR; ``python -m neuron_mpi.diagnose`` must name the straggler.
 * tests/fault_programs/nopickle.py: pickle made to raise; everything still works.
+* tests/fault_programs/first_call.py: a job with an empty numba cache under
+  ``neuron-mpirun --no-warm`` and NEURON_MPI_TIMEOUT=5: the compile happens in init,
+  and the first all_reduce does not time out.
 * tests/fault_programs/cc_core.py: progress without the rank's own thread (async
   completion during a sleep; a group routed through sleeping ranks), on shared
   memory and over MPI; the dying-rank jobs also check /dev/shm is left clean.
@@ -53,6 +56,7 @@ DIE_TIMEOUT = 5.0      # NEURON_MPI_TIMEOUT of the dying-rank jobs
 DIE_BOUND = DIE_TIMEOUT + 20.0
 FAST = 5.0             # s: an agreement failure must be reported well within this
 SLACK = 10.0           # s: a timeout may fire this late on a loaded machine
+COLD_TIMEOUT = 5.0     # NEURON_MPI_TIMEOUT of the cold-cache job: far below a compile
 
 
 def _load_matrix():
@@ -147,6 +151,10 @@ def _launches() -> dict:
         jobs[f"cc_core-{transport}"] = Launch(
             LAUNCHER + ["--no-warm", "-n", "16", "python", str(PROGS / "cc_core.py")],
             _env(NEURON_MPI_TRANSPORT=transport), timeout=180)
+    jobs["first_call-cold-cache"] = Launch(
+        LAUNCHER + ["--no-warm", "-n", "4", "python", str(PROGS / "first_call.py")],
+        _env(NUMBA_CACHE_DIR=str(TMP / "cold_numba_cache"),
+             NEURON_MPI_TIMEOUT=str(COLD_TIMEOUT)), timeout=900)
     jobs["nopickle"] = Launch([MPIEXEC, "-n", "4", PY, "-m", "mpi4py",
                                str(PROGS / "nopickle.py")], _env(), timeout=300)
     jobs["soak"] = Launch([MPIEXEC, "-n", "4", PY, "-m", "mpi4py",
@@ -464,6 +472,19 @@ def test_straggler_above_timeout_check_names_the_straggler():
     lines = [ln for ln in diag.stdout.splitlines() if ln.startswith("communicator ")]
     named = re.findall(r"\brank ([\d,\-]+)", lines[0]) if lines else []
     assert "3" in named, diag.stdout
+
+
+# --- a cold numba cache ------------------------------------------------------------------
+def test_cold_cache_compile_is_not_inside_the_first_call():
+    """With an empty numba cache and no warm-up, the ranks compile the data plane
+    (tens of seconds each): in init, not inside the first all_reduce, whose deadline
+    (5 s here) it used to run out (every rank: ``no agreement on the arguments``)."""
+    launch = job("first_call-cold-cache")
+    assert not launch.timed_out and launch.rc == 0, launch.tail()
+    assert "CollectiveTimeoutError" not in launch.err, launch.tail()
+    ok = re.findall(r"first_call OK rank (\d+) ([\d.]+)", launch.out)
+    assert sorted(int(r) for r, _ in ok) == [0, 1, 2, 3], launch.tail()
+    assert any((TMP / "cold_numba_cache").iterdir()), "the job did not use the empty cache"
 
 
 # --- no pickle, soak ---------------------------------------------------------------------------

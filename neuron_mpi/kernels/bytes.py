@@ -1,10 +1,13 @@
-"""Reductions on raw bytes, for compiled callers (the transport's data plane).
+"""Reductions and copies on raw bytes, for compiled callers (the transport's data
+plane).
 
 ``reduce_bytes(code, dst, src)`` is ``reduce_into`` on two uint8 views: ``code``
 (``CODES[(op, dtype name)]``) picks the kernel, the bytes are viewed as that type.
 One function holds every kernel, so a compiled caller links them all once; its
 branches are written out (numba cannot cache a function that takes another as an
 argument). tests/test_kernels.py checks every code against ``reduce_into``.
+
+``copy_bytes(dst, d, src, s, n)`` is ``dst[d:d + n] = src[s:s + n]`` as one memmove.
 """
 from __future__ import annotations
 

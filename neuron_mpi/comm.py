@@ -600,7 +600,7 @@ class Communicator:
         try:
             eng.drive(posted, deadline, expired)
         except CollectiveTimeoutError as e:
-            with eng.lock:
+            with eng.held():
                 for w in waiting:
                     if w is not None:
                         w.detach()

@@ -52,7 +52,7 @@ class Control:
             comm = self.comm
             shm = comm._engine.shm
             if shm is not None and comm.size > 1 and all(r in shm.local for r in comm.ranks):
-                self._b = shm.board(comm._id, comm.size)
+                self._b = shm.board(comm._id, comm.ranks)
         return self._b
 
     @property
@@ -172,7 +172,7 @@ class Control:
         except TimeoutError:
             pass
         absent = []
-        with eng.lock:
+        with eng.held():
             for m, k in keys.items():
                 a = eng.take(k)
                 if a is None:

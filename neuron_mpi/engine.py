@@ -21,6 +21,7 @@ not ring) the sleeps are short polls with backoff.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -38,7 +39,6 @@ from .transport.native import TIMEOUT
 CENSUS_XID = -1_000_000  # the census's pieces: transfer CENSUS_XID - member
 POLL_MIN = 5e-5  # s: first pause when an MPI transport has to be polled
 POLL_MAX = 2e-3
-AGENT_SLICE = 5e-3  # s: how long the agent runs one execution compiled, holding the lock
 
 
 class Pending:
@@ -119,6 +119,9 @@ class Engine:
         self.outq: list[Pending] = []
         self.active: list = []  # executions in flight
         self.lock = threading.Lock()
+        # a thread that wants the lock raises this word and rings the doorbell: the
+        # agent's compiled run, asleep on that doorbell, hands over (see held())
+        self.claim = np.zeros(1, np.int32)
         self.driving = 0  # callers inside drive()
         self.closed = False
         self.threaded = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
@@ -271,7 +274,7 @@ class Engine:
         work in flight."""
         self.driving += 1
         try:
-            with self.lock:
+            with self.held():
                 try:
                     self._drive(done, deadline, on_timeout, start, lone)
                 except BaseException as e:
@@ -307,13 +310,28 @@ class Engine:
             if moved:
                 pause = POLL_MIN
                 continue
-            if any(e.agreeing for e in self.active):
-                # the board's counter, not the doorbell, moves: poll it
-                self.bell.sleep(seen, min(pause, 1e-3) if deadline is None else
-                                min(pause, 1e-3, max(0.0, deadline - time.monotonic())))
-            else:
-                self.bell.sleep(seen, self._pause(pause, deadline))
+            # (an agreement's last member rings every member's doorbell too)
+            self.bell.sleep(seen, self._pause(pause, deadline))
             pause = min(pause * 2, POLL_MAX)
+
+    @contextlib.contextmanager
+    def held(self):
+        """The engine's lock, taken from the agent at once: a compiled run of the
+        agent sleeps on the doorbell with no deadline, so the claim word asks it to
+        return (YIELDED) and the ring wakes it. The agent waits while the word is
+        raised, and is poked when the lock is free again."""
+        A.fetch_add(self.claim, 0, 1)
+        try:
+            self.bell.ring()
+            self.lock.acquire()
+        finally:
+            A.fetch_add(self.claim, 0, -1)
+        try:
+            yield
+        finally:
+            self.lock.release()
+            if self.background():
+                self.agent.poke()
 
     def background(self) -> bool:
         """Work the agent must do while no caller drives: executions in flight,
@@ -324,8 +342,9 @@ class Engine:
 
     def solo_native(self):
         """The one execution in flight, when it is compiled and nothing else waits
-        (no queue, no inbox, no MPI transport): the agent then runs it compiled, in
-        slices of AGENT_SLICE, as a blocking caller would. Else None."""
+        (no queue, no inbox, no MPI transport): the agent then runs it compiled, as a
+        blocking caller would, until it ends or another thread claims the engine.
+        Else None."""
         if len(self.active) != 1 or self.outq or self.inbox or self.mpi is not None:
             return None
         ex = self.active[0]
@@ -337,7 +356,7 @@ class Engine:
 
     def cancel(self, ex, err: BaseException) -> None:
         """Take a failed or abandoned execution out of flight."""
-        with self.lock:
+        with self.held():
             if ex in self.active:
                 self.active.remove(ex)
             if not ex.done:
@@ -347,12 +366,11 @@ class Engine:
         """Put an execution in flight (an async call) and return: the agent advances
         it while the program computes. Only when the agent cannot (an MPI transport
         without MPI_THREAD_MULTIPLE) does this thread make a first pass."""
-        with self.lock:
+        with self.held():
             self.active.append(ex)
             if self.mpi is not None and not self.threaded:
                 self.progress()
         self.agent.poke()
-        self.bell.ring()
 
     def try_progress(self) -> None:
         """One non-blocking round of progress (async handles' test())."""
@@ -440,6 +458,7 @@ class Agent(threading.Thread):
         if not self.is_alive():
             return
         self._halt = True
+        A.fetch_add(self.engine.claim, 0, 1)  # out of a compiled run; never lowered
         self.poke()
         self.engine.bell.ring()
         if threading.current_thread() is not self:
@@ -452,7 +471,7 @@ class Agent(threading.Thread):
         try:
             while not self._halt:
                 parked = self.word.value()
-                if eng.driving or not mpi_ok or not eng.background():
+                if eng.driving or eng.claim[0] or not mpi_ok or not eng.background():
                     self.word.sleep(parked, None)
                     continue
                 if not eng.lock.acquire(timeout=0.05):
@@ -463,14 +482,13 @@ class Agent(threading.Thread):
                     seen = eng.bell.value()
                     ex = eng.solo_native()
                     if ex is not None:
-                        try:  # an async call while the program computes
-                            ex.run(time.monotonic() + AGENT_SLICE)
+                        try:  # an async call while the program computes: run it to
+                            # its end, or until a caller claims the engine
+                            ex.run(None, eng.claim)
                         except BaseException as e:  # its waiter raises it
                             ex.fail(e)
-                    moved = eng.progress() or ex is not None  # (the slice slept in
-                    # the compiled run: go on with the next one at once)
-                    # the board's counter, not the doorbell, moves an agreement
-                    agreeing = any(e.agreeing for e in eng.active)
+                    moved = eng.progress() or ex is not None  # (the run slept: look
+                    # again at once)
                 finally:
                     eng.lock.release()
                 if moved:
@@ -478,8 +496,7 @@ class Agent(threading.Thread):
                     continue
                 if self._halt or eng.driving:
                     continue
-                eng.bell.sleep(seen, 1e-3 if agreeing else
-                               pause if eng.mpi is not None else None)
+                eng.bell.sleep(seen, pause if eng.mpi is not None else None)
                 pause = min(pause * 2, POLL_MAX)
         except BaseException as e:  # never die silently: the waiters would hang
             if not MPI.Is_finalized() and not self._halt:

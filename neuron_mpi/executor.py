@@ -333,7 +333,8 @@ class Execution:
             if ag is None:
                 board = _NO_BOARD
             else:
-                board = (ag.counter, ag.table, ag.member, ag.size, ag.fp, ag.target)
+                board = (ag.counter, ag.table, ag.member, ag.size, ag.fp, ag.target,
+                         ag.board.bells)
                 self._xs[3] = 1
             self._nargs = (shm.seg8, shm.g, shm.gen, np_.steps, np_.rounds, np_.sends,
                            np_.charges, np_.recvs, np_.keys, np_.order, np_.locs, self._xs,
@@ -409,12 +410,14 @@ class Execution:
                     took = True
         return took
 
-    def run(self, deadline) -> int:
+    def run(self, deadline, claim=None) -> int:
         """Run to the end on this thread (compiled, sleeping on the doorbell while it
-        waits); returns transport.native's DONE, TIMEOUT or PYTHON."""
+        waits); returns transport.native's DONE, TIMEOUT, PYTHON or (``claim``: the
+        engine's claim word, for the agent's runs) YIELDED."""
         deadline_ns = -1 if deadline is None else int(
             (deadline - time.monotonic()) * 1e9 + time.clock_gettime_ns(time.CLOCK_MONOTONIC))
-        status = native.exec_run(*self._native_args(), deadline_ns)
+        status = native.exec_run(*self._native_args(), _NO_CLAIM if claim is None else claim,
+                                 deadline_ns)
         if status in (native.DONE, native.SIZE, native.MISMATCH):
             self._native_status(status)
         else:
@@ -466,7 +469,9 @@ class Execution:
             raise AssertionError(lo.kind)
 
 
-_NO_BOARD = (np.zeros(1, np.int32), np.zeros((1, 16), np.int64), 0, 0, np.zeros(1, np.int64), 0)
+_NO_CLAIM = np.zeros(1, np.int32)  # a caller's own run: nobody takes the engine from it
+_NO_BOARD = (np.zeros(1, np.int32), np.zeros((1, 16), np.int64), 0, 0, np.zeros(1, np.int64), 0,
+             np.zeros(0, np.int64))
 
 
 def make_buffers(x_flat, out_flat, tmp_elems, dtype):

@@ -147,9 +147,9 @@ def test_next_hops_one_copy_inside_a_domain_mpi_across():
     assert everyone.decide(0, 32 + 5).transport == "shm"
 
 
-def test_exec_run_reports_a_deadline():
-    """A compiled run waiting for a piece that never comes returns TIMEOUT at its
-    deadline (CLOCK_MONOTONIC)."""
+def _waiting_run():
+    """A segment and the arguments of a compiled run that waits for a piece that
+    never comes."""
     from neuron_mpi.transport.segment import Layout
 
     lay = Layout(2, 2, 2, 64)
@@ -164,8 +164,36 @@ def test_exec_run_reports_a_deadline():
             np.int64), np.zeros(0, np.int64), recvs, keys, keys.copy(),
             np.zeros((0, 6), np.int64), np.zeros(4, np.int64), np.zeros(2, np.uint8),
             b, b.copy(), b.copy(), 1, 1, 0, np.zeros(1, np.int32),
-            np.zeros((1, 16), np.int64), 0, 1, np.zeros(1, np.int64), 0)
+            np.zeros((1, 16), np.int64), 0, 1, np.zeros(1, np.int64), 0, np.zeros(0, np.int64))
+    return seg, g, args
+
+
+def test_exec_run_reports_a_deadline():
+    """A compiled run waiting for a piece that never comes returns TIMEOUT at its
+    deadline (CLOCK_MONOTONIC)."""
+    _, _, args = _waiting_run()
     t0 = time.monotonic()
     deadline = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + 50_000_000
-    assert native.exec_run(*args, deadline) == native.TIMEOUT
+    assert native.exec_run(*args, np.zeros(1, np.int32), deadline) == native.TIMEOUT
     assert 0.04 <= time.monotonic() - t0 < 2.0
+
+
+def test_exec_run_hands_over_when_claimed():
+    """A run with no deadline, asleep on the doorbell, returns YIELDED once another
+    thread raises the claim word and rings; a ring alone does not end it."""
+    import threading
+
+    seg, g, args = _waiting_run()
+    claim = np.zeros(1, np.int32)
+    got = []
+    t = threading.Thread(target=lambda: got.append(native.exec_run(*args, claim, -1)))
+    t.start()
+    time.sleep(0.2)
+    native.ring(seg, g, 0, 0)  # a piece of nothing: the run goes back to sleep
+    time.sleep(0.2)
+    assert t.is_alive() and not got
+    claim[0] = 1
+    native.ring(seg, g, 0, 0)
+    t.join(5)
+    assert got == [native.YIELDED]
+    assert args[11][0] == 0  # still at its first step: nothing skipped

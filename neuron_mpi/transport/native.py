@@ -120,6 +120,13 @@ def ring(seg, g, local, word):
 
 
 @njit(**JIT_OPTIONS)
+def ring_many(seg, g, locals_):
+    """Ring the doorbells of these ranks (local indices)."""
+    for i in range(locals_.size):
+        ring(seg, g, locals_[i], 0)
+
+
+@njit(**JIT_OPTIONS)
 def _free_slot(state, base, K):
     for k in range(K):
         if _load(state, base + k) == 0:
@@ -250,14 +257,16 @@ def any_want(seg, g):
 # locals [kind (0 copy, 1 reduce, 2 divide, 3 zero), src buf, src byte offset, dst buf,
 # dst byte offset, bytes]. State of one run: xs [step, round started], flags (one byte
 # per send of the round, then one per recv: 1 done).
-DONE, BLOCKED, PYTHON, SIZE, TIMEOUT, MISMATCH = range(6)
+DONE, BLOCKED, PYTHON, SIZE, TIMEOUT, MISMATCH, YIELDED = range(7)
 
 
 @njit(**JIT_OPTIONS)
-def _agreement(xs, counter, table, member, size, fp, target):
+def _agreement(seg, g, xs, counter, table, member, size, fp, target, bells):
     """The argument agreement on the communicator's board (see segment.Board): xs[3]
-    1 = publish this rank's fingerprint, 2 = wait for every member. Returns DONE
-    (every row equals ours), BLOCKED or MISMATCH (the caller reads the table)."""
+    1 = publish this rank's fingerprint, 2 = wait for every member. The last member
+    to arrive wakes the counter's sleepers and rings every member's doorbell
+    (``bells``: their local indices). Returns DONE (every row equals ours), BLOCKED
+    or MISMATCH (the caller reads the table)."""
     if xs[3] == 1:
         w = fp.size
         for f in range(table.shape[1]):
@@ -265,6 +274,7 @@ def _agreement(xs, counter, table, member, size, fp, target):
         old = _fetch_add(counter, 0, 1)
         if old + 1 == target:
             _syscall3(202, counter.ctypes.data, 1, 0x7FFFFFFF)  # futex(FUTEX_WAKE)
+            ring_many(seg, g, bells)
         xs[3] = 2
     if _load(counter, 0) - target < 0:
         return BLOCKED
@@ -300,7 +310,8 @@ def _locals(locs, lo, hi, b0, b1, b2, code):
 
 @njit(**JIT_OPTIONS)
 def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, locs, xs,
-              flags, b0, b1, b2, comm, seq, code, counter, table, member, size, fp, target):
+              flags, b0, b1, b2, comm, seq, code, counter, table, member, size, fp, target,
+              bells):
     """Advance an execution as far as the agreement, the arrived pieces and free
     slots allow. Returns (status, moved): DONE; BLOCKED (waiting for members,
     pieces or slots); PYTHON (a locals step with a divide is next: the caller runs
@@ -308,7 +319,7 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
     members' fingerprints differ: nothing moved)."""
     moved = False
     if xs[3] != 0:
-        a = _agreement(xs, counter, table, member, size, fp, target)
+        a = _agreement(seg, g, xs, counter, table, member, size, fp, target, bells)
         if a != DONE:
             return a, False
         moved = True
@@ -409,23 +420,27 @@ def _now_ns(ts):
 @njit(**JIT_OPTIONS)
 def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, locs, xs,
              flags, b0, b1, b2, comm, seq, code, counter, table, member, size, fp, target,
-             deadline_ns):
+             bells, claim, deadline_ns):
     """Run an execution to its end on this thread (the GIL released), sleeping on
-    this rank's doorbell while it waits. Returns DONE, TIMEOUT (CLOCK_MONOTONIC
-    passed ``deadline_ns``; < 0: none), SIZE, or PYTHON: the caller must step in (a
-    divide, or a sender waits for room that only copying pieces aside can give)."""
+    this rank's doorbell while it waits (for pieces, for room, or for the members of
+    the agreement: the last of them rings every member). Returns DONE, TIMEOUT (CLOCK_MONOTONIC
+    passed ``deadline_ns``; < 0: none), SIZE, PYTHON: the caller must step in (a
+    divide, or a sender waits for room that only copying pieces aside can give), or
+    YIELDED: ``claim[0]`` became non-zero (another thread of this process wants the
+    engine: it raises the word, then rings the doorbell) while the run was blocked."""
     ctl = _ctl(seg, g)
     bi = g[G_ME] * 16
     ts = np.zeros(2, np.int64)
     scratch = np.empty(g[G_K], np.int64)
     while True:
         seen = _load(ctl, bi)
-        seen_c = _load(counter, 0)
         status, moved = exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys,
                                   order, locs, xs, flags, b0, b1, b2, comm, seq, code,
-                                  counter, table, member, size, fp, target)
+                                  counter, table, member, size, fp, target, bells)
         if status != BLOCKED:
             return status
+        if _load(claim, 0) != 0:
+            return YIELDED
         if moved:
             continue
         if xs[3] == 0 and stuck(seg, g, scratch) > 0:
@@ -440,9 +455,6 @@ def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, loc
         tsp = np.int64(0)
         if wait >= 0:
             tsp = np.int64(ts.ctypes.data)
-        if xs[3] != 0:  # the last member to arrive wakes the board's counter
-            _syscall4(202, counter.ctypes.data, 0, seen_c, tsp)
-            continue
         _fetch_add(ctl, bi + 1, 1)
         _syscall4(202, ctl.ctypes.data + 4 * bi, 0, seen, tsp)
         _fetch_add(ctl, bi + 1, -1)
@@ -466,6 +478,7 @@ def warm() -> int:
     passing(seg, g, out)
     stuck(seg, g, out)
     any_want(seg, g)
+    ring_many(seg, g, np.zeros(1, np.int64))
     release(seg, geometry(lay, 1, 1), 2 * 2 + 0)
     z = np.zeros((0, SEND_COLS), np.int64)
     r = np.zeros((0, RECV_COLS), np.int64)
@@ -478,10 +491,10 @@ def warm() -> int:
     xs = np.zeros(4, np.int64)
     args = (seg, g, gen, steps, np.zeros((0, 4), np.int64), z, charges, r, k, k, locs, xs,
             np.zeros(1, np.uint8), b, b, b, 0, 0, 0, np.zeros(1, np.int32),
-            np.zeros((1, 16), np.int64), 0, 1, np.zeros(9, np.int64), 0)
+            np.zeros((1, 16), np.int64), 0, 1, np.zeros(9, np.int64), 0, np.zeros(1, np.int64))
     exec_pass(*args)
     xs[:] = 0
-    exec_run(*args, -1)
+    exec_run(*args, np.zeros(1, np.int32), -1)
     return 8
 
 

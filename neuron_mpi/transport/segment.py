@@ -106,15 +106,19 @@ class Board:
     """An agreement board of one communicator whose members share the segment:
     every member writes its fingerprint in its row of the parity ``seq % 2`` table
     and adds one to that parity's arrival counter; the member whose add completes
-    the count wakes the others (a futex wake on the counter). Two parities suffice:
+    the count wakes the others: a futex wake on the counter (where the Python path
+    waits) and a ring of every member's doorbell (where compiled runs and the
+    engine's waiters sleep). Two parities suffice:
     a member writes call seq+2 only after every member arrived at seq+1, that is
     after every member has read the table of seq."""
 
-    def __init__(self, seg, index: int, size: int):
+    def __init__(self, seg, index: int, bells: np.ndarray, ring_many):
         lay = seg.layout
         base = lay.boards + index * lay.board_stride
         self._seg = seg
-        self.size = size
+        self.size = len(bells)
+        self.bells = bells  # the members' local indices: their doorbells
+        self._ring_many = ring_many
         self.counters = [_arr(seg.buf, base + 64 * (1 + p), np.int32, 1) for p in (0, 1)]
         self.tables = [_arr(seg.buf, base + 192 + p * lay.L * FP_WORDS * 8, np.int64,
                             lay.L * FP_WORDS).reshape(lay.L, FP_WORDS) for p in (0, 1)]
@@ -129,6 +133,7 @@ class Board:
         old = A.fetch_add(self.counters[parity], 0, 1)
         if old + 1 == target:
             futex.wake(self.counters[parity].ctypes.data)
+            self._ring_many(self.bells)
         return target
 
     def ready(self, parity: int, target: int) -> bool:

@@ -114,10 +114,10 @@ class ShmTransport:
         return True
 
     # --- boards and ledger ----------------------------------------------------------------
-    def board(self, comm_id: int, size: int) -> Board | None:
-        """The agreement board of a communicator whose members are all in this
-        domain (claimed by compare-and-swap in an open-addressed table), or None
-        when the table is full."""
+    def board(self, comm_id: int, ranks) -> Board | None:
+        """The agreement board of a communicator whose members (``ranks``, world
+        ranks) are all in this domain (claimed by compare-and-swap in an
+        open-addressed table), or None when the table is full."""
         b = self._boards.get(comm_id)
         if b is not None:
             return b
@@ -126,10 +126,14 @@ class ShmTransport:
             idx = (h + probe) % N_BOARDS
             old = A.compare_exchange(self._board_area, idx * self._board_words, 0, comm_id)
             if old == 0 or old == comm_id:
-                b = Board(self.seg, idx, size)
+                b = Board(self.seg, idx, np.array([self.local[r] for r in ranks], np.int64),
+                          self._ring_many)
                 self._boards[comm_id] = b
                 return b
         return None
+
+    def _ring_many(self, bells: np.ndarray) -> None:
+        native.ring_many(self.seg8, self.g, bells)
 
     def ledger(self) -> np.ndarray:
         return self.seg.ledger

@@ -249,3 +249,30 @@ def test_algorithm_forced_by_environment(comm, monkeypatch):
     n, me = comm.size, comm.rank
     t = table(seed_of("env-a2a", n), n, n, I32)
     assert_same(comm.all_to_all(t[me]), t[:, me], "all_to_all under NEURON_MPI_ALGO=mesh")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_async_wait_takes_the_engine_from_the_agent_and_times_out(comm):
+    """While an async call waits for a member that never comes, the agent runs it
+    compiled with no deadline of its own; wait() must take it over (the claim word)
+    and raise the call's timeout, naming the absent rank."""
+    import time
+
+    import neuron_mpi as nm
+
+    sub = comm.split([list(range(comm.size))])
+    last = sub.size - 1
+    raised = 0
+    if sub.rank != last:
+        h = sub.all_reduce(np.ones(3, np.float32), async_op=True, timeout=1.5)
+        time.sleep(0.3)  # the agent is now asleep in the compiled run
+        t0 = time.monotonic()
+        with pytest.raises(nm.CollectiveTimeoutError, match=f"not heard from: rank {last}"):
+            h.wait()
+        took = time.monotonic() - t0
+        assert took < 30, took
+        raised = 1
+    counts = comm.all_gather(np.array([raised], np.int64))
+    assert counts.sum() == comm.size - 1
+    x, want = _sum_input(comm, "after-abandoned-async", 4)
+    assert_same(comm.all_reduce(x), want, "the session's communicator still works")

@@ -73,8 +73,10 @@ class Bell:
         return int(A.load(self.words, self.index))
 
     def ring(self) -> None:
+        """Wake every sleeper: those on any ring and a compiled run counting
+        pieces (transport.native's control words 1 and 4)."""
         A.fetch_add(self.words, self.index, 1)
-        if A.load(self.words, self.index + 1) > 0:
+        if A.load(self.words, self.index + 1) > 0 or A.load(self.words, self.index + 4) > 0:
             futex.wake(self.addr)
 
     def sleep(self, seen: int, timeout: float | None) -> None:

@@ -326,7 +326,7 @@ class Execution:
             shm = self.engine.shm
             np_ = self.plan.native
             b0, b1, b2 = (self._bytes(self.bufs[b]) for b in _BUF_NAME)
-            self._xs = np.zeros(4, np.int64)
+            self._xs = np.zeros(5, np.int64)
             self._flags = np.zeros(np_.max_flags, np.uint8)
             code = CODES.get((self.reduce_op, np_.dtype_name), 0)
             ag = self.agreement

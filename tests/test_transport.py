@@ -162,7 +162,7 @@ def _waiting_run():
     b = np.zeros(8, np.uint8)
     args = (seg, g, np.zeros(1, np.int64), steps, rounds, np.zeros((0, native.SEND_COLS),
             np.int64), np.zeros(0, np.int64), recvs, keys, keys.copy(),
-            np.zeros((0, 6), np.int64), np.zeros(4, np.int64), np.zeros(2, np.uint8),
+            np.zeros((0, 6), np.int64), np.zeros(5, np.int64), np.zeros(2, np.uint8),
             b, b.copy(), b.copy(), 1, 1, 0, np.zeros(1, np.int32),
             np.zeros((1, 16), np.int64), 0, 1, np.zeros(1, np.int64), 0, np.zeros(0, np.int64))
     return seg, g, args
@@ -197,3 +197,52 @@ def test_exec_run_hands_over_when_claimed():
     t.join(5)
     assert got == [native.YIELDED]
     assert args[11][0] == 0  # still at its first step: nothing skipped
+
+
+def test_piece_rings_wake_a_counting_sleeper_only_at_its_count():
+    """A compiled run asleep on the doorbell waits for the pieces it is missing
+    (control words 4 and 5): the pieces' rings wake it only at that count, a
+    forced ring (room, the agreement, a claim) at once."""
+    import threading
+
+    from neuron_mpi.transport import futex
+    from neuron_mpi.transport.segment import Layout
+
+    lay = Layout(2, 2, 2, 64)
+    seg = np.zeros(lay.total, np.uint8)
+    g = native.geometry(lay, 1, 1)
+    ctl = seg[lay.ctl:lay.ctl + 2 * 16 * 4].view(np.int32)
+    addr = ctl.ctypes.data  # rank 0's doorbell
+
+    def sleeper(count):
+        seen = int(ctl[0])
+        ctl[native.CTL_WAKE_AT] = seen + count
+        ctl[native.CTL_COUNTING] += 1
+        woke = []
+        t = threading.Thread(target=lambda: woke.append(futex.wait(addr, seen, 10.0)))
+        t.start()
+        time.sleep(0.2)
+        return t, woke
+
+    t, woke = sleeper(3)
+    for _ in range(2):
+        native.ring_piece(seg, g, 0)
+        time.sleep(0.2)
+        assert t.is_alive() and not woke, "woken before its count"
+    native.ring_piece(seg, g, 0)
+    t.join(5)
+    assert woke == [True]
+    ctl[native.CTL_COUNTING] -= 1
+
+    t, woke = sleeper(5)
+    native.ring(seg, g, 0, 0)  # forced
+    t.join(5)
+    assert woke == [True]
+    ctl[native.CTL_COUNTING] -= 1
+
+
+def test_wake_count_survives_the_doorbell_wrapping():
+    top, bottom = (1 << 31) - 1, -(1 << 31)
+    assert native._reached(bottom, top)       # one ring past the top wraps to the bottom
+    assert not native._reached(top, bottom)
+    assert native._reached(5, 5) and native._reached(6, 5) and not native._reached(4, 5)

@@ -109,13 +109,39 @@ def _ledger(seg, g):
     return seg[o:o + g[G_L] * g[G_N] * 16].view(np.int64)
 
 
+# A rank's control words (segment.CTL_STRIDE int32 each): 0 doorbell, 1 its sleepers
+# that wake on any ring, 2 the agent's word, 3 its sleepers, 4 a compiled run asleep
+# on the doorbell counting pieces, 5 the doorbell value that run waits for.
+CTL_ANY, CTL_COUNTING, CTL_WAKE_AT = 1, 4, 5
+
+
 @njit(**JIT_OPTIONS)
 def ring(seg, g, local, word):
-    """Add one to a rank's word (0: doorbell, 2: agent) and wake its sleepers."""
+    """Add one to a rank's word (0: doorbell, 2: agent) and wake every sleeper."""
     ctl = _ctl(seg, g)
     i = local * 16 + word
     _fetch_add(ctl, i, 1)
-    if _load(ctl, i + 1) > 0:
+    if _load(ctl, i + CTL_ANY) > 0 or _load(ctl, i + CTL_COUNTING) > 0:
+        _syscall3(202, ctl.ctypes.data + 4 * i, 1, 0x7FFFFFFF)  # futex(FUTEX_WAKE)
+
+
+@njit(**JIT_OPTIONS)
+def _reached(v, target):
+    """v at or past target, on int32 words that wrap."""
+    return ((v - target) & 0xFFFFFFFF) < 0x80000000
+
+
+@njit(**JIT_OPTIONS)
+def ring_piece(seg, g, local):
+    """Ring a rank's doorbell for a piece just delivered to it. A compiled run
+    asleep on it counting pieces is woken only once the doorbell reaches the value
+    it waits for (one wake-up per round, not one per piece); sleepers that wake on
+    any ring are woken at once."""
+    ctl = _ctl(seg, g)
+    i = local * 16
+    v = _fetch_add(ctl, i, 1) + 1
+    if _load(ctl, i + CTL_ANY) > 0 or (_load(ctl, i + CTL_COUNTING) > 0 and
+                                       _reached(v, _load(ctl, i + CTL_WAKE_AT))):
         _syscall3(202, ctl.ctypes.data + 4 * i, 1, 0x7FFFFFFF)  # futex(FUTEX_WAKE)
 
 
@@ -159,7 +185,7 @@ def post(seg, g, gen, dst, head, payload, charges, c_lo, c_hi):
     copy_bytes(seg, g[G_DATA] + slot * g[G_S], payload, 0, n)
     gen[0] += 1
     _store(state, slot, gen[0])
-    ring(seg, g, dst, 0)
+    ring_piece(seg, g, dst)
     if c_hi > c_lo:
         led = _ledger(seg, g)
         for j in range(c_lo, c_hi, 2):
@@ -255,8 +281,9 @@ def any_want(seg, g):
 # rounds [send lo, send hi, recv lo, recv hi]; sends [SEND_COLS]; recvs [RECV_COLS];
 # keys/order: per round, the recvs' lookup keys sorted, and the recv each belongs to;
 # locals [kind (0 copy, 1 reduce, 2 divide, 3 zero), src buf, src byte offset, dst buf,
-# dst byte offset, bytes]. State of one run: xs [step, round started], flags (one byte
-# per send of the round, then one per recv: 1 done).
+# dst byte offset, bytes]. State of one run: xs [step, round started, recv of a wrong
+# size, agreement (1 publish, 2 wait, 0 done), pieces still missing when blocked],
+# flags (one byte per send of the round, then one per recv: 1 done).
 DONE, BLOCKED, PYTHON, SIZE, TIMEOUT, MISMATCH, YIELDED = range(7)
 
 
@@ -321,6 +348,7 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
     if xs[3] != 0:
         a = _agreement(seg, g, xs, counter, table, member, size, fp, target, bells)
         if a != DONE:
+            xs[4] = 1
             return a, False
         moved = True
     head = np.empty(8, np.int64)
@@ -404,6 +432,7 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
                 if missing == 0:
                     break
         if unsent or missing:
+            xs[4] = missing  # the pieces this rank still waits for (their rings)
             return BLOCKED, moved
         xs[0] += 1
         xs[1] = 0
@@ -455,9 +484,12 @@ def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, loc
         tsp = np.int64(0)
         if wait >= 0:
             tsp = np.int64(ts.ctypes.data)
-        _fetch_add(ctl, bi + 1, 1)
+        # sleep until the pieces still missing have rung (or any forced ring: room,
+        # the agreement, a claim); a ring since ``seen`` returns at once
+        _store(ctl, bi + CTL_WAKE_AT, seen + max(xs[4], 1))
+        _fetch_add(ctl, bi + CTL_COUNTING, 1)
         _syscall4(202, ctl.ctypes.data + 4 * bi, 0, seen, tsp)
-        _fetch_add(ctl, bi + 1, -1)
+        _fetch_add(ctl, bi + CTL_COUNTING, -1)
 
 
 def warm() -> int:
@@ -488,7 +520,7 @@ def warm() -> int:
     steps[0, 0] = 1
     locs = np.zeros((1, 6), np.int64)
     locs[0, 0] = 1  # a reduce of 0 bytes
-    xs = np.zeros(4, np.int64)
+    xs = np.zeros(5, np.int64)
     args = (seg, g, gen, steps, np.zeros((0, 4), np.int64), z, charges, r, k, k, locs, xs,
             np.zeros(1, np.uint8), b, b, b, 0, 0, 0, np.zeros(1, np.int32),
             np.zeros((1, 16), np.int64), 0, 1, np.zeros(9, np.int64), 0, np.zeros(1, np.int64))

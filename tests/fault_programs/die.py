@@ -64,7 +64,7 @@ def main():
             from neuron_mpi.transport import native
             real_pass = native.exec_pass
 
-            def run_in_passes(self, deadline):
+            def run_in_passes(self, deadline, claim=None):
                 return native.PYTHON
 
             def dying_pass(*args):

@@ -34,7 +34,7 @@ from . import env
 from .kernels import atomics as A
 from .router import NextHops
 from .transport import Arrival, futex, private_arrival
-from .transport.native import TIMEOUT
+from .transport.native import CTL_ANY, CTL_COUNTING, TIMEOUT
 
 CENSUS_XID = -1_000_000  # the census's pieces: transfer CENSUS_XID - member
 POLL_MIN = 5e-5  # s: first pause when an MPI transport has to be polled
@@ -74,17 +74,18 @@ class Bell:
 
     def ring(self) -> None:
         """Wake every sleeper: those on any ring and a compiled run counting
-        pieces (transport.native's control words 1 and 4)."""
-        A.fetch_add(self.words, self.index, 1)
-        if A.load(self.words, self.index + 1) > 0 or A.load(self.words, self.index + 4) > 0:
+        pieces (transport.native's control words)."""
+        i = self.index
+        A.fetch_add(self.words, i, 1)
+        if A.load(self.words, i + CTL_ANY) > 0 or A.load(self.words, i + CTL_COUNTING) > 0:
             futex.wake(self.addr)
 
     def sleep(self, seen: int, timeout: float | None) -> None:
-        A.fetch_add(self.words, self.index + 1, 1)
+        A.fetch_add(self.words, self.index + CTL_ANY, 1)
         try:
             futex.wait(self.addr, seen, timeout)
         finally:
-            A.fetch_add(self.words, self.index + 1, -1)
+            A.fetch_add(self.words, self.index + CTL_ANY, -1)
 
 
 def _private_bell() -> Bell:
@@ -320,19 +321,21 @@ class Engine:
     def held(self):
         """The engine's lock, taken from the agent at once: a compiled run of the
         agent sleeps on the doorbell with no deadline, so the claim word asks it to
-        return (YIELDED) and the ring wakes it. The agent waits while the word is
-        raised, and is poked when the lock is free again."""
-        A.fetch_add(self.claim, 0, 1)
-        try:
-            self.bell.ring()
-            self.lock.acquire()
-        finally:
-            A.fetch_add(self.claim, 0, -1)
+        return (YIELDED) and the ring wakes it (only when the lock is taken). The
+        agent waits while the word is raised, and is poked when the lock is free
+        again (by drive() itself when a caller drives)."""
+        if not self.lock.acquire(blocking=False):
+            A.fetch_add(self.claim, 0, 1)
+            try:
+                self.bell.ring()
+                self.lock.acquire()
+            finally:
+                A.fetch_add(self.claim, 0, -1)
         try:
             yield
         finally:
             self.lock.release()
-            if self.background():
+            if not self.driving and self.background():
                 self.agent.poke()
 
     def background(self) -> bool:

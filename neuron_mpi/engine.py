@@ -535,6 +535,38 @@ def _load_data_plane(dom: MPI.Comm) -> None:
         load()
 
 
+def _can_read_each_other(dom: MPI.Comm) -> bool:
+    """Can every rank of the domain read the next one's memory (process_vm_readv)?
+    Collective over ``dom``; the same answer on every rank. Under Yama's
+    ptrace_scope 1 a process must first let others read it (PR_SET_PTRACER_ANY,
+    as Open MPI's CMA support does); a kernel without the call, seccomp or a
+    missing capability make the probe fail, and the domain keeps two copies."""
+    import ctypes
+
+    from .transport import native
+
+    ok = native.SUPPORTED
+    if ok:
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(0x59616D61, ctypes.c_ulong(-1),
+                                                    0, 0, 0)  # PR_SET_PTRACER, ANY
+        except (OSError, AttributeError):
+            pass
+    probe = np.array([0x5EAD0000 + dom.Get_rank()], np.int64)
+    peers = np.empty((dom.Get_size(), 2), np.int64)  # (also: every prctl is done)
+    dom.Allgather(np.array([os.getpid(), probe.ctypes.data], np.int64), peers)
+    if ok:
+        nxt = (dom.Get_rank() + 1) % dom.Get_size()
+        got = np.zeros(1, np.int64)
+        pid, addr = (int(v) for v in peers[nxt])
+        ok = (native.read_remote(pid, got.view(np.uint8), 0, addr, 8) == 0
+              and int(got[0]) == 0x5EAD0000 + nxt)
+    agreed = np.empty(1, np.int64)
+    # (every rank has read its peer before it adds its answer: no probe is freed early)
+    dom.Allreduce(np.array([1 if ok else 0], np.int64), agreed, op=MPI.MIN)
+    return bool(agreed[0])
+
+
 def make_engine(world: MPI.Comm, topo) -> Engine:
     """The engine of this process for ``world`` (collective over it): the shared
     segment of this rank's domain unless NEURON_MPI_TRANSPORT=mpi, MPI for the rest."""
@@ -550,6 +582,7 @@ def make_engine(world: MPI.Comm, topo) -> Engine:
     agreed = np.empty_like(want)
     comm.Allreduce(want, agreed, op=MPI.MAX)
     slots, kib = int(agreed[0]), int(agreed[1])
+    read_kib = env.shm_read_kib()
     piece = kib * 1024
     shm = None
     rank = comm.Get_rank()
@@ -566,6 +599,8 @@ def make_engine(world: MPI.Comm, topo) -> Engine:
             seg = Segment(dom, members.tolist(), topo.size, slots, piece)
             shm = ShmTransport(seg, rank)
             _load_data_plane(dom)
+            if read_kib and _can_read_each_other(dom):
+                shm.enable_reads(read_kib * 1024)
         dom.Free()
     everyone_local = shm is not None and len(shm.members) == topo.size
     all_local = np.array([1 if everyone_local else 0], np.int64)

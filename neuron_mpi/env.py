@@ -34,6 +34,7 @@ VARIABLES = {
     "NEURON_MPI_SHM": "shm_domain()",
     "NEURON_MPI_SHM_SLOTS": "shm_slots()",
     "NEURON_MPI_SHM_SLOT_KIB": "shm_slot_kib()",
+    "NEURON_MPI_SHM_READ_KIB": "shm_read_kib()",
     "NEURON_MPI_TRACE": "trace_dir()",
     "NEURON_MPI_TRACE_DIR": "recorder_dir()",
     "NEURON_MPI_TRACE_DEPTH": "recorder_depth()",
@@ -172,6 +173,17 @@ def shm_slot_kib() -> int:
     """NEURON_MPI_SHM_SLOT_KIB: bytes per landing slot, in KiB (default 256); also
     the piece size large transfers are cut into, on every transport."""
     return _positive_int("NEURON_MPI_SHM_SLOT_KIB", 256)
+
+
+def shm_read_kib() -> int:
+    """NEURON_MPI_SHM_READ_KIB: pieces of at least this many KiB that the receiver
+    copies (not reduces) it reads straight from the sender's buffer, one copy
+    instead of two through a slot (process_vm_readv); 0: never (default 64)."""
+    n = _int("NEURON_MPI_SHM_READ_KIB", False)
+    if n is not None and n < 0:
+        raise InvalidArgumentError(
+            f"NEURON_MPI_SHM_READ_KIB: expected an integer >= 0, got {_raw('NEURON_MPI_SHM_READ_KIB')!r}")
+    return 64 if n is None else n
 
 
 # --- what is recorded -------------------------------------------------------------------

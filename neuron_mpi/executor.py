@@ -16,6 +16,7 @@ never change bytes a send has yet to move.
 """
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -27,11 +28,12 @@ from .transport import native
 
 
 class Send:
-    __slots__ = ("xid", "piece", "dst", "buf", "off", "count", "total")
+    __slots__ = ("xid", "piece", "dst", "buf", "off", "count", "total", "reduce")
 
-    def __init__(self, xid, piece, dst, buf, off, count, total):
+    def __init__(self, xid, piece, dst, buf, off, count, total, reduce=False):
         self.xid, self.piece, self.dst = xid, piece, dst
         self.buf, self.off, self.count, self.total = buf, off, count, total
+        self.reduce = reduce  # the receiver reduces it into its buffer
 
 
 class Recv:
@@ -86,7 +88,8 @@ class NativePlan:
                 if charge:
                     charges.extend(hop.charges)
                 sends.append((local[hop.to], s.dst, _BUF_ID[s.buf], s.off * itemsize,
-                              s.count * itemsize, s.xid, s.piece, s.total, c_lo, len(charges)))
+                              s.count * itemsize, s.xid, s.piece, s.total, c_lo, len(charges),
+                              int(hop.to == s.dst and not s.reduce)))
             rk = []
             for i, r in enumerate(st.recvs):
                 recvs.append((_BUF_ID[r.buf], r.off * itemsize, r.count * itemsize, r.xid,
@@ -175,7 +178,7 @@ class Plan:
                         total = x.count * itemsize
                         for p, (o, n) in enumerate(pieces(x.count, per)):
                             sends.append(Send(xid, p, view.ranks[x.dst], x.src_buf,
-                                              x.src_off + o, n, total))
+                                              x.src_off + o, n, total, x.reduce))
                     if x.dst == me:
                         for p, (o, n) in enumerate(pieces(x.count, per)):
                             recvs.append(Recv(xid, p, view.ranks[x.src], x.dst_buf,
@@ -247,6 +250,10 @@ class Execution:
 
     def fail(self, err: BaseException) -> None:
         self.error = err
+        if self._nargs is not None:  # pieces its receivers were to read from its buffers
+            np_ = self.plan.native
+            native.take_back(self.engine.shm.seg8, self.engine.shm.g, np_.steps, np_.rounds,
+                             self._xs, self._flags, self._pend)
         self._finish()
 
     def _finish(self) -> None:
@@ -328,6 +335,7 @@ class Execution:
             b0, b1, b2 = (self._bytes(self.bufs[b]) for b in _BUF_NAME)
             self._xs = np.zeros(5, np.int64)
             self._flags = np.zeros(np_.max_flags, np.uint8)
+            self._pend = np.zeros((np_.max_flags, 2), np.int64)
             code = CODES.get((self.reduce_op, np_.dtype_name), 0)
             ag = self.agreement
             if ag is None:
@@ -338,7 +346,8 @@ class Execution:
                 self._xs[3] = 1
             self._nargs = (shm.seg8, shm.g, shm.gen, np_.steps, np_.rounds, np_.sends,
                            np_.charges, np_.recvs, np_.keys, np_.order, np_.locs, self._xs,
-                           self._flags, b0, b1, b2, self.comm_id, self.seq, code) + board
+                           self._flags, b0, b1, b2, self.comm_id, self.seq, code) + board + (
+                               self._pend,)
         return self._nargs
 
     @property
@@ -358,6 +367,13 @@ class Execution:
             self.step = len(self.plan.steps)
             self._finish()
             return True
+        if status == native.FAULT:
+            row = self.plan.native.recvs[int(self._xs[2])]
+            src = self._recv_of_row(int(self._xs[2])).src
+            raise RuntimeError(
+                f"{self.op}: reading {int(row[2])} bytes from rank {src}'s buffer failed "
+                f"(errno {int(self._xs[4])}: {os.strerror(int(self._xs[4]))}; transfer "
+                f"{int(row[3])}, piece {int(row[4])})")
         if status == native.SIZE:
             row = self.plan.native.recvs[int(self._xs[2])]
             raise RuntimeError(
@@ -372,6 +388,15 @@ class Execution:
                 self._xs[1] = 0
         self.step = int(self._xs[0])
         return False
+
+    def _recv_of_row(self, row: int) -> Recv:
+        """The Recv behind row ``row`` of the native plan's recvs table."""
+        for kind, st in self.plan.steps:
+            if kind == "round":
+                if row < len(st.recvs):
+                    return st.recvs[row]
+                row -= len(st.recvs)
+        raise IndexError(row)
 
     def _native_advance(self) -> bool:
         args = self._native_args()
@@ -418,7 +443,7 @@ class Execution:
             (deadline - time.monotonic()) * 1e9 + time.clock_gettime_ns(time.CLOCK_MONOTONIC))
         status = native.exec_run(*self._native_args(), _NO_CLAIM if claim is None else claim,
                                  deadline_ns)
-        if status in (native.DONE, native.SIZE, native.MISMATCH):
+        if status in (native.DONE, native.SIZE, native.MISMATCH, native.FAULT):
             self._native_status(status)
         else:
             self.step = int(self._xs[0])

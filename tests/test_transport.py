@@ -164,7 +164,8 @@ def _waiting_run():
             np.int64), np.zeros(0, np.int64), recvs, keys, keys.copy(),
             np.zeros((0, 6), np.int64), np.zeros(5, np.int64), np.zeros(2, np.uint8),
             b, b.copy(), b.copy(), 1, 1, 0, np.zeros(1, np.int32),
-            np.zeros((1, 16), np.int64), 0, 1, np.zeros(1, np.int64), 0, np.zeros(0, np.int64))
+            np.zeros((1, 16), np.int64), 0, 1, np.zeros(1, np.int64), 0, np.zeros(0, np.int64),
+            np.zeros((1, 2), np.int64))
     return seg, g, args
 
 
@@ -246,3 +247,118 @@ def test_wake_count_survives_the_doorbell_wrapping():
     assert native._reached(bottom, top)       # one ring past the top wraps to the bottom
     assert not native._reached(top, bottom)
     assert native._reached(5, 5) and native._reached(6, 5) and not native._reached(4, 5)
+
+
+def _one_transfer(n, direct=1, reduce=0, pull=1):
+    """Rank 0 sends n bytes of its input to rank 1's output in one round: the
+    arguments of each side's compiled pass over one segment (L = 2)."""
+    from neuron_mpi.transport.segment import Layout
+
+    lay = Layout(2, 2, 2, 1024)
+    seg = np.zeros(lay.total, np.uint8)
+    steps = np.array([[0, 0, 1]], np.int64)
+    keys = np.zeros(1, np.int64)
+    sends = np.array([[1, 1, 0, 0, n, 0, 0, n, 0, 0, direct]], np.int64)
+    recvs = np.array([[1, 0, n, 0, 0, reduce]], np.int64)
+    no_sends = np.zeros((0, native.SEND_COLS), np.int64)
+    no_recvs = np.zeros((0, native.RECV_COLS), np.int64)
+    sides = []
+    for me, rounds, s, r in ((0, [[0, 1, 0, 0]], sends, no_recvs),
+                             (1, [[0, 0, 0, 1]], no_sends, recvs)):
+        g = native.geometry(lay, me, me, os.getpid())
+        g[native.G_PULL] = pull
+        b0 = (np.arange(n) % 251).astype(np.uint8) if me == 0 else np.zeros(n, np.uint8)
+        b1 = np.zeros(n, np.uint8)
+        args = (seg, g, np.zeros(1, np.int64), steps, np.array(rounds, np.int64), s,
+                np.zeros(0, np.int64), r, keys, keys.copy(), np.zeros((0, 6), np.int64),
+                np.zeros(5, np.int64), np.zeros(2, np.uint8), b0, b1, np.zeros(8, np.uint8),
+                1, 1, 0, np.zeros(1, np.int32), np.zeros((1, 16), np.int64), 0, 1,
+                np.zeros(1, np.int64), 0, np.zeros(0, np.int64), np.zeros((1, 2), np.int64))
+        sides.append(args)
+    return lay, seg, sides
+
+
+def _slot_bytes(lay, seg, n):
+    return seg[lay.data:lay.data + lay.L * lay.L * lay.K * lay.S][:n]
+
+
+def test_a_large_copied_piece_is_read_from_the_senders_buffer():
+    """One copy: the sender publishes only a header (its buffer's address and pid),
+    stays in its round (flag 2) until the receiver has read the bytes straight into
+    its output (process_vm_readv) and freed the slot; nothing lands in the slot."""
+    lay, seg, (a, b) = _one_transfer(700)
+    assert native.exec_pass(*a) == (native.BLOCKED, True)
+    assert a[12][0] == 2 and a[11][4] == 1  # waits for one read
+    assert not _slot_bytes(lay, seg, lay.L * lay.L * lay.K * lay.S).any()
+    assert native.exec_pass(*b)[0] == native.DONE
+    assert np.array_equal(b[14], a[13])
+    assert native.exec_pass(*a)[0] == native.DONE
+
+
+def test_small_reduced_or_forwarded_pieces_still_go_through_the_slot():
+    for kw in ({"pull": 701}, {"pull": 0}, {"direct": 0}):
+        lay, seg, (a, b) = _one_transfer(700, **kw)
+        assert native.exec_pass(*a)[0] == native.DONE, kw  # copied out: done at once
+        assert _slot_bytes(lay, seg, lay.L * lay.L * lay.K * lay.S).any(), kw
+        assert native.exec_pass(*b)[0] == native.DONE
+        assert np.array_equal(b[14], a[13])
+
+
+def test_the_plan_marks_only_copies_to_their_final_rank_as_readable():
+    """Send column 10: a piece reduced on arrival, or landing on a rank that
+    forwards it, is copied into the slot; a copy to its destination may be read."""
+    from types import SimpleNamespace
+
+    from neuron_mpi.executor import NativePlan, RoundStep, Send
+
+    class Hops:
+        me = 0
+
+        def decide(self, me, dst):
+            return SimpleNamespace(to=dst if dst != 3 else 2, charges=(), transport="shm")
+
+    st = RoundStep([Send(0, 0, 1, "in", 0, 4, 4), Send(1, 0, 2, "in", 0, 4, 4, True),
+                    Send(2, 0, 3, "in", 0, 4, 4)], [])
+    plan = NativePlan([("round", st)], 4, "float32", Hops(), {0: 0, 1: 1, 2: 2, 3: 3})
+    assert plan.sends[:, 10].tolist() == [1, 0, 0]
+    assert plan.sends[:, 0].tolist() == [1, 2, 2]
+
+
+def test_a_readable_piece_for_a_reduction_is_refused():
+    _, _, (a, b) = _one_transfer(700, reduce=1)
+    native.exec_pass(*a)
+    assert native.exec_pass(*b)[0] == native.FAULT
+    assert b[11][4] == 22  # EINVAL: the plans disagree
+
+
+def test_a_failed_sender_takes_its_unread_pieces_back():
+    """After take_back the receiver never reads the sender's buffer (it may be
+    gone): the slot is free and the receiver still waits."""
+    _, _, (a, b) = _one_transfer(700)
+    native.exec_pass(*a)
+    assert native.take_back(a[0], a[1], a[3], a[4], a[11], a[12], a[26]) == 1
+    assert native.exec_pass(*b)[0] == native.BLOCKED
+    assert not b[14].any()
+
+
+def test_a_read_that_fails_is_reported_with_its_errno():
+    import errno
+
+    _, _, (a, b) = _one_transfer(700)
+    a[1][native.G_PID] = 2 ** 22 + 12345  # above pid_max: no such process
+    native.exec_pass(*a)
+    assert native.exec_pass(*b)[0] == native.FAULT
+    assert b[11][4] == errno.ESRCH and b[11][2] == 0
+
+
+def test_the_python_path_reads_a_piece_left_in_the_senders_buffer():
+    """ShmTransport's arrivals (take, copy-aside) read such a piece into private
+    memory and free the slot, which counts as the sender's read."""
+    lay, seg, (a, b) = _one_transfer(700)
+    native.exec_pass(*a)
+    slot = native.find(seg, b[1], 1, 1, 0, 0)
+    assert slot >= 0 and native.is_remote(seg, b[1], slot)
+    out = np.zeros(700, np.uint8)
+    assert native.read_slot(seg, b[1], slot, out) == 0
+    assert np.array_equal(out, a[13])
+    assert native.exec_pass(*a)[0] == native.DONE

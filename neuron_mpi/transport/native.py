@@ -32,12 +32,18 @@ if SUPPORTED:
     _llvm.initialize_native_asmparser()
 
 GEOMETRY = ("L", "K", "S", "N", "me", "me_world", "ctl", "state", "want", "hdr", "ledger",
-            "data")
-G_L, G_K, G_S, G_N, G_ME, G_MEW, G_CTL, G_STATE, G_WANT, G_HDR, G_LEDGER, G_DATA = range(
-    len(GEOMETRY))
+            "data", "pid", "pull")
+(G_L, G_K, G_S, G_N, G_ME, G_MEW, G_CTL, G_STATE, G_WANT, G_HDR, G_LEDGER, G_DATA, G_PID,
+ G_PULL) = range(len(GEOMETRY))
 HDR_WORDS = 16
+# header words 8 and 9 of a piece left in its sender's memory: the address and the pid
+# the receiver reads it from (process_vm_readv); word 8 is 0 for a piece in its slot
+H_ADDR, H_PID = 8, 9
 KEY_SHIFT = 20  # a piece's lookup key: xid << 20 | piece
-SEND_COLS = 10  # dst local, dst world, buf, byte offset, bytes, xid, piece, total, charges lo, hi
+# dst local, dst world, buf, byte offset, bytes, xid, piece, total, charges lo, hi, and
+# whether the receiver may read the piece from the sender's buffer (its final
+# destination in this domain, delivered by copy)
+SEND_COLS = 11
 RECV_COLS = 6   # buf, byte offset, bytes, xid, piece, reduce
 
 
@@ -77,6 +83,43 @@ def _syscall4(typingctx, nr, a1, a2, a3, a4):
         return builder.call(asm, args)
 
     return sig, codegen
+
+
+@intrinsic
+def _syscall6(typingctx, nr, a1, a2, a3, a4, a5, a6):
+    """A raw x86-64 system call with six arguments (r10, r8, r9 after rdx)."""
+    if not all(isinstance(a, types.Integer) for a in (nr, a1, a2, a3, a4, a5, a6)):
+        return None
+    sig = types.int64(*([types.int64] * 7))
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        args = [context.cast(builder, v, t, types.int64) for v, t in zip(args, signature.args)]
+        fnty = ir.FunctionType(i64, [i64] * 7)
+        asm = ir.InlineAsm(fnty, "syscall",
+                           "={rax},{rax},{rdi},{rsi},{rdx},{r10},{r8},{r9},~{rcx},~{r11},"
+                           "~{memory}", side_effect=True)
+        return builder.call(asm, args)
+
+    return sig, codegen
+
+
+@njit(**JIT_OPTIONS)
+def read_remote(pid, dst, off, addr, n):
+    """Copy n bytes at ``addr`` in process ``pid`` into dst[off:off + n]
+    (process_vm_readv, one copy); 0 or the errno."""
+    iov = np.empty(4, np.int64)
+    done = 0
+    while done < n:
+        iov[0] = dst.ctypes.data + off + done
+        iov[1] = n - done
+        iov[2] = addr + done
+        iov[3] = n - done
+        got = _syscall6(310, pid, iov.ctypes.data, 1, iov.ctypes.data + 16, 1, 0)
+        if got <= 0:
+            return -got if got < 0 else 5  # EIO: nothing moved
+        done += got
+    return 0
 
 
 @njit(**JIT_OPTIONS)
@@ -161,10 +204,9 @@ def _free_slot(state, base, K):
 
 
 @njit(**JIT_OPTIONS)
-def post(seg, g, gen, dst, head, payload, charges, c_lo, c_hi):
-    """Copy one piece into a free slot of channel me -> dst (local index) and
-    publish it; charge ledger indices charges[c_lo:c_hi] (pairs: bytes, messages).
-    False (and the sender's want flag raised, the receiver rung) if no slot is free."""
+def _claim(seg, g, dst):
+    """A free slot of channel me -> dst, or -1 (the sender's want flag raised, the
+    receiver rung)."""
     L, K, me = g[G_L], g[G_K], g[G_ME]
     state = _state(seg, g)
     base = (dst * L + me) * K
@@ -176,34 +218,93 @@ def post(seg, g, gen, dst, head, payload, charges, c_lo, c_hi):
         if slot < 0:
             ring(seg, g, dst, 0)
             ring(seg, g, dst, 2)
-            return False
-    n = payload.size
-    hdr = _hdr(seg, g)
-    h = slot * HDR_WORDS
-    for j in range(8):
-        hdr[h + j] = head[j]
-    copy_bytes(seg, g[G_DATA] + slot * g[G_S], payload, 0, n)
+    return slot
+
+
+@njit(**JIT_OPTIONS)
+def _publish(seg, g, gen, dst, slot, n, charges, c_lo, c_hi):
     gen[0] += 1
-    _store(state, slot, gen[0])
+    _store(_state(seg, g), slot, gen[0])
     ring_piece(seg, g, dst)
     if c_hi > c_lo:
         led = _ledger(seg, g)
         for j in range(c_lo, c_hi, 2):
             _fetch_add(led, charges[j], n)
             _fetch_add(led, charges[j + 1], 1)
+
+
+@njit(**JIT_OPTIONS)
+def post(seg, g, gen, dst, head, payload, charges, c_lo, c_hi):
+    """Copy one piece into a free slot of channel me -> dst (local index) and
+    publish it; charge ledger indices charges[c_lo:c_hi] (pairs: bytes, messages).
+    False (and the sender's want flag raised, the receiver rung) if no slot is free."""
+    slot = _claim(seg, g, dst)
+    if slot < 0:
+        return False
+    n = payload.size
+    hdr = _hdr(seg, g)
+    h = slot * HDR_WORDS
+    for j in range(8):
+        hdr[h + j] = head[j]
+    hdr[h + H_ADDR] = 0
+    copy_bytes(seg, g[G_DATA] + slot * g[G_S], payload, 0, n)
+    _publish(seg, g, gen, dst, slot, n, charges, c_lo, c_hi)
     return True
 
 
 @njit(**JIT_OPTIONS)
+def post_read(seg, g, gen, dst, head, src, off, n, charges, c_lo, c_hi):
+    """Publish one piece that stays in the sender's buffer (src[off:off + n]): the
+    slot carries only its header, the address and this process's pid; the receiver
+    copies it straight into its destination (read_remote) and frees the slot, which
+    rings this rank. The slot, or -1 as ``post``'s False."""
+    slot = _claim(seg, g, dst)
+    if slot < 0:
+        return -1
+    hdr = _hdr(seg, g)
+    h = slot * HDR_WORDS
+    for j in range(8):
+        hdr[h + j] = head[j]
+    hdr[h + H_ADDR] = src.ctypes.data + off
+    hdr[h + H_PID] = g[G_PID]
+    _publish(seg, g, gen, dst, slot, n, charges, c_lo, c_hi)
+    return slot
+
+
+@njit(**JIT_OPTIONS)
 def release(seg, g, slot):
-    """Free one of this rank's incoming slots; ring its sender if it waits."""
+    """Free one of this rank's incoming slots; ring its sender if it waits, or
+    (a piece read from the sender's buffer) count the read on its doorbell."""
     L, K, me = g[G_L], g[G_K], g[G_ME]
+    read = _hdr(seg, g)[slot * HDR_WORDS + H_ADDR] != 0
     _store(_state(seg, g), slot, 0)
     src = (slot - me * L * K) // K
     want = _want(seg, g)
     if want[me * L + src] != 0:
         _store(want, me * L + src, 0)
         ring(seg, g, src, 0)
+    elif read:
+        ring_piece(seg, g, src)
+
+
+@njit(**JIT_OPTIONS)
+def read_slot(seg, g, slot, out):
+    """The payload of a piece left in its sender's memory, read into ``out`` (one
+    copy), and the slot freed; 0, -1 (the sender took it back) or the errno."""
+    hdr = _hdr(seg, g)
+    state = _state(seg, g)
+    h = slot * HDR_WORDS
+    v = _load(state, slot)
+    if v <= 0 or _cmpxchg(state, slot, v, -v) != v:
+        return -1
+    err = read_remote(hdr[h + H_PID], out, 0, hdr[h + H_ADDR], out.size)
+    release(seg, g, slot)
+    return err
+
+
+@njit(**JIT_OPTIONS)
+def is_remote(seg, g, slot):
+    return _hdr(seg, g)[slot * HDR_WORDS + H_ADDR] != 0
 
 
 @njit(**JIT_OPTIONS)
@@ -282,9 +383,11 @@ def any_want(seg, g):
 # keys/order: per round, the recvs' lookup keys sorted, and the recv each belongs to;
 # locals [kind (0 copy, 1 reduce, 2 divide, 3 zero), src buf, src byte offset, dst buf,
 # dst byte offset, bytes]. State of one run: xs [step, round started, recv of a wrong
-# size, agreement (1 publish, 2 wait, 0 done), pieces still missing when blocked],
-# flags (one byte per send of the round, then one per recv: 1 done).
-DONE, BLOCKED, PYTHON, SIZE, TIMEOUT, MISMATCH, YIELDED = range(7)
+# size (or whose read failed), agreement (1 publish, 2 wait, 0 done), pieces still
+# missing when blocked (the errno of a failed read)], flags (one byte per send of the
+# round, then one per recv: 1 done; a send 2: published from this rank's buffer, not
+# read yet), pend (per send of the round: the slot and generation of such a piece).
+DONE, BLOCKED, PYTHON, SIZE, TIMEOUT, MISMATCH, YIELDED, FAULT = range(8)
 
 
 @njit(**JIT_OPTIONS)
@@ -338,12 +441,18 @@ def _locals(locs, lo, hi, b0, b1, b2, code):
 @njit(**JIT_OPTIONS)
 def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, locs, xs,
               flags, b0, b1, b2, comm, seq, code, counter, table, member, size, fp, target,
-              bells):
+              bells, pend):
     """Advance an execution as far as the agreement, the arrived pieces and free
     slots allow. Returns (status, moved): DONE; BLOCKED (waiting for members,
-    pieces or slots); PYTHON (a locals step with a divide is next: the caller runs
-    it); SIZE (a piece of the wrong size came for recv xs[2]); MISMATCH (the
-    members' fingerprints differ: nothing moved)."""
+    pieces, slots or reads of its buffers); PYTHON (a locals step with a divide is
+    next: the caller runs it); SIZE (a piece of the wrong size came for recv xs[2]);
+    MISMATCH (the members' fingerprints differ: nothing moved); FAULT (reading recv
+    xs[2]'s piece from its sender failed, errno xs[4]).
+
+    A piece of at least g[G_PULL] bytes (0: never) whose receiver is its final
+    destination and copies it is not copied into the slot: the receiver reads it
+    from this rank's buffer (one copy instead of two), and the send is done when it
+    has (flags 2 until then)."""
     moved = False
     if xs[3] != 0:
         a = _agreement(seg, g, xs, counter, table, member, size, fp, target, bells)
@@ -355,7 +464,7 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
     head[0] = comm
     head[1] = seq
     head[6] = g[G_MEW]
-    L, K, me, mew = g[G_L], g[G_K], g[G_ME], g[G_MEW]
+    L, K, me, mew, pull = g[G_L], g[G_K], g[G_ME], g[G_MEW], g[G_PULL]
     state = _state(seg, g)
     hdr = _hdr(seg, g)
     while xs[0] < steps.shape[0]:
@@ -373,8 +482,18 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
             flags[:ns + nr] = 0
             xs[1] = 1
         unsent = 0
+        unread = 0
         for i in range(ns):
-            if flags[i] != 0:
+            f = flags[i]
+            if f == 1:
+                continue
+            if f == 2:
+                v = _load(state, pend[i, 0])
+                if v == pend[i, 1] or v == -pend[i, 1]:
+                    unread += 1
+                else:
+                    flags[i] = 1
+                    moved = True
                 continue
             row = s_lo + i
             buf = _buf(sends[row, 2], b0, b1, b2)
@@ -385,8 +504,19 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
             head[4] = n
             head[5] = sends[row, 7]
             head[7] = sends[row, 1]
-            if post(seg, g, gen, sends[row, 0], head, buf[off:off + n], charges,
-                    sends[row, 8], sends[row, 9]):
+            if pull > 0 and n >= pull and sends[row, 10] != 0:
+                slot = post_read(seg, g, gen, sends[row, 0], head, buf, off, n, charges,
+                                 sends[row, 8], sends[row, 9])
+                if slot >= 0:
+                    flags[i] = 2
+                    pend[i, 0] = slot
+                    pend[i, 1] = gen[0]
+                    moved = True
+                    unread += 1
+                else:
+                    unsent += 1
+            elif post(seg, g, gen, sends[row, 0], head, buf[off:off + n], charges,
+                      sends[row, 8], sends[row, 9]):
                 flags[i] = 1
                 moved = True
             else:
@@ -405,7 +535,7 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
                 h = slot * HDR_WORDS
                 if hdr[h] != comm or hdr[h + 1] != seq or hdr[h + 7] != mew:
                     continue
-                _load(state, slot)
+                v = _load(state, slot)
                 key = (hdr[h + 2] << KEY_SHIFT) | hdr[h + 3]
                 pos = np.searchsorted(rkeys, key)
                 if pos >= nr or rkeys[pos] != key:
@@ -420,24 +550,59 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
                     return SIZE, moved
                 dst = _buf(recvs[row, 0], b0, b1, b2)
                 off = recvs[row, 1]
-                d = g[G_DATA] + slot * g[G_S]
-                if recvs[row, 5]:
-                    reduce_bytes(code, dst[off:off + n], seg[d:d + n])
+                if hdr[h + H_ADDR] != 0:  # still in the sender's buffer: read it
+                    if v <= 0 or _cmpxchg(state, slot, v, -v) != v:
+                        continue  # taken back by its sender (failed)
+                    err = 22 if recvs[row, 5] else read_remote(hdr[h + H_PID], dst, off,
+                                                               hdr[h + H_ADDR], n)
+                    if err != 0:
+                        release(seg, g, slot)
+                        xs[2] = row
+                        xs[4] = err
+                        return FAULT, moved
                 else:
-                    copy_bytes(dst, off, seg, d, n)
+                    d = g[G_DATA] + slot * g[G_S]
+                    if recvs[row, 5]:
+                        reduce_bytes(code, dst[off:off + n], seg[d:d + n])
+                    else:
+                        copy_bytes(dst, off, seg, d, n)
                 release(seg, g, slot)
                 flags[ns + i] = 1
                 moved = True
                 missing -= 1
                 if missing == 0:
                     break
-        if unsent or missing:
-            xs[4] = missing  # the pieces this rank still waits for (their rings)
+        if unsent or missing or unread:
+            xs[4] = missing + unread  # the rings this rank still waits for
             return BLOCKED, moved
         xs[0] += 1
         xs[1] = 0
         moved = True
     return DONE, moved
+
+
+@njit(**JIT_OPTIONS)
+def take_back(seg, g, steps, rounds, xs, flags, pend):
+    """A failed execution takes back the pieces its receivers have not read from
+    its buffers yet (frees their slots), waiting out a read under way; returns how
+    many it took back."""
+    if xs[0] >= steps.shape[0] or steps[xs[0], 0] != 0 or xs[1] == 0:
+        return 0
+    lo = steps[xs[0], 1]
+    ns = rounds[lo, 1] - rounds[lo, 0]
+    state = _state(seg, g)
+    n = 0
+    for i in range(ns):
+        if flags[i] != 2:
+            continue
+        slot, v = pend[i, 0], pend[i, 1]
+        if _cmpxchg(state, slot, v, 0) == v:
+            n += 1
+        else:
+            while _load(state, slot) == -v:
+                _syscall3(24, 0, 0, 0)  # sched_yield: the receiver is reading it
+        flags[i] = 0
+    return n
 
 
 @njit(**JIT_OPTIONS)
@@ -449,14 +614,15 @@ def _now_ns(ts):
 @njit(**JIT_OPTIONS)
 def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, locs, xs,
              flags, b0, b1, b2, comm, seq, code, counter, table, member, size, fp, target,
-             bells, claim, deadline_ns):
+             bells, pend, claim, deadline_ns):
     """Run an execution to its end on this thread (the GIL released), sleeping on
     this rank's doorbell while it waits (for pieces, for room, or for the members of
     the agreement: the last of them rings every member). Returns DONE, TIMEOUT (CLOCK_MONOTONIC
     passed ``deadline_ns``; < 0: none), SIZE, PYTHON: the caller must step in (a
     divide, or a sender waits for room that only copying pieces aside can give), or
     YIELDED: ``claim[0]`` became non-zero (another thread of this process wants the
-    engine: it raises the word, then rings the doorbell) while the run was blocked."""
+    engine: it raises the word, then rings the doorbell) while the run was blocked,
+    or exec_pass's FAULT."""
     ctl = _ctl(seg, g)
     bi = g[G_ME] * 16
     ts = np.zeros(2, np.int64)
@@ -465,7 +631,7 @@ def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, loc
         seen = _load(ctl, bi)
         status, moved = exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys,
                                   order, locs, xs, flags, b0, b1, b2, comm, seq, code,
-                                  counter, table, member, size, fp, target, bells)
+                                  counter, table, member, size, fp, target, bells, pend)
         if status != BLOCKED:
             return status
         if _load(claim, 0) != 0:
@@ -523,14 +689,21 @@ def warm() -> int:
     xs = np.zeros(5, np.int64)
     args = (seg, g, gen, steps, np.zeros((0, 4), np.int64), z, charges, r, k, k, locs, xs,
             np.zeros(1, np.uint8), b, b, b, 0, 0, 0, np.zeros(1, np.int32),
-            np.zeros((1, 16), np.int64), 0, 1, np.zeros(9, np.int64), 0, np.zeros(1, np.int64))
+            np.zeros((1, 16), np.int64), 0, 1, np.zeros(9, np.int64), 0, np.zeros(1, np.int64),
+            np.zeros((1, 2), np.int64))
     exec_pass(*args)
     xs[:] = 0
     exec_run(*args, np.zeros(1, np.int32), -1)
-    return 8
+    take_back(seg, g, steps, args[4], xs, args[12], args[-1])
+    read_slot(seg, g, 0, b)
+    is_remote(seg, g, 0)
+    read_remote(0, b, 0, 0, 0)  # engine._can_read_each_other's probe
+    return 13
 
 
-def geometry(layout, me: int, me_world: int) -> np.ndarray:
+def geometry(layout, me: int, me_world: int, pid: int = 0) -> np.ndarray:
+    """The geometry vector; its "pull" entry (0: off) is set by the transport once
+    the domain has agreed that its ranks can read each other's memory."""
     return np.array([layout.L, layout.K, layout.S, layout.N, me, me_world, layout.ctl,
-                     layout.state, layout.want, layout.hdr, layout.ledger, layout.data],
-                    np.int64)
+                     layout.state, layout.want, layout.hdr, layout.ledger, layout.data,
+                     pid, 0], np.int64)

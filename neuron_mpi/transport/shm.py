@@ -18,6 +18,8 @@ engine copies them aside (``unblock``), so no cycle of full channels can form.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ..kernels import atomics as A
@@ -37,7 +39,7 @@ class ShmTransport:
         self.K = seg.layout.K
         self.S = seg.layout.S
         self.seg8 = np.frombuffer(seg.buf, np.uint8)
-        self.g = native.geometry(seg.layout, self.me, me_world)
+        self.g = native.geometry(seg.layout, self.me, me_world, os.getpid())
         self.gen = np.zeros(1, np.int64)
         self._scratch = np.empty(self.L * self.K, np.int64)
         self._none = np.zeros(0, np.int64)
@@ -70,8 +72,18 @@ class ShmTransport:
                            payload.reshape(-1).view(np.uint8), self._none, 0, 0)
 
     # --- receiving ----------------------------------------------------------------------
-    def _arrival(self, slot: int, private: bool = False) -> Arrival:
+    def _arrival(self, slot: int, private: bool = False) -> Arrival | None:
         comm, seq, xid, piece, nbytes, total, origin, dst = self.seg.hdr[slot, :8].tolist()
+        if native.is_remote(self.seg8, self.g, slot):  # still in its sender's memory
+            data = np.empty(nbytes, np.uint8)
+            err = native.read_slot(self.seg8, self.g, slot, data)
+            if err < 0:
+                return None  # its sender failed and took it back
+            if err:
+                raise RuntimeError(f"reading {nbytes} bytes from rank {origin}'s buffer failed "
+                                   f"(errno {err}: {os.strerror(err)}; transfer {xid}, "
+                                   f"piece {piece})")
+            return Arrival((comm, seq, xid, piece), total, origin, dst, data)
         data = self.slot_view(slot, nbytes)
         if private:
             a = Arrival((comm, seq, xid, piece), total, origin, dst, data.copy())
@@ -87,11 +99,19 @@ class ShmTransport:
         slot = native.find(self.seg8, self.g, key[0], key[1], key[2], key[3])
         return None if slot < 0 else self._arrival(slot)
 
+    def enable_reads(self, min_bytes: int) -> None:
+        """Let receivers read pieces of at least ``min_bytes`` that they copy straight
+        from this rank's buffers (process_vm_readv): one copy instead of two. Only
+        once every rank of the domain has shown it can (engine.make_engine)."""
+        self.g[native.G_PULL] = min_bytes
+
     def collect(self, out: list) -> None:
         """Pieces that landed here on their way to another rank (several domains)."""
         n = native.passing(self.seg8, self.g, self._scratch)
         for slot in self._scratch[:n].tolist():
-            out.append(self._arrival(slot, private=True))
+            a = self._arrival(slot, private=True)
+            if a is not None:
+                out.append(a)
 
     def release(self, slot: int, src: int = -1) -> None:
         native.release(self.seg8, self.g, slot)
@@ -105,7 +125,9 @@ class ShmTransport:
         slots are full; they go to ``out`` (the engine's inbox)."""
         n = native.stuck(self.seg8, self.g, self._scratch)
         for slot in self._scratch[:n].tolist():
-            out.append(self._arrival(slot, private=True))
+            a = self._arrival(slot, private=True)
+            if a is not None:
+                out.append(a)
 
     def pending(self) -> bool:
         return False  # a posted piece is in the receiver's slot already

@@ -286,3 +286,59 @@ def test_async_wait_takes_the_engine_from_the_agent_and_times_out(comm):
     assert counts.sum() == comm.size - 1
     x, want = _sum_input(comm, "after-abandoned-async", 4)
     assert_same(comm.all_reduce(x), want, "the session's communicator still works")
+
+
+# --- one copy: large pieces read from the sender's buffer -------------------------------
+def _can_read(comm, peer_pid, addr):
+    import ctypes
+
+    class Iov(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+    got = np.zeros(1, np.int64)
+    mine, theirs = Iov(got.ctypes.data, 8), Iov(addr, 8)
+    c = ctypes.c_long
+    n = ctypes.CDLL(None, use_errno=True).syscall(c(310), c(peer_pid), ctypes.byref(mine), c(1),
+                                                  ctypes.byref(theirs), c(1), c(0))
+    return n == 8, int(got[0])
+
+
+def test_large_copies_are_read_from_the_senders_buffer(comm):
+    """Where ranks of a domain can read each other's memory (process_vm_readv,
+    checked here on its own), the engine enables one-copy reads of large copied
+    pieces, and collectives and point-to-point traffic made of them are exact,
+    blocking and async."""
+    import os
+
+    from neuron_mpi import env
+    from neuron_mpi.transport import native
+
+    eng = comm._engine
+    if eng.shm is not None:
+        magic = np.array([1000 + comm.rank], np.int64)
+        peers = comm._engine.comm.allgather((os.getpid(), magic.ctypes.data))
+        nxt = eng.shm.members[(eng.shm.me + 1) % len(eng.shm.members)]
+        ok, val = _can_read(comm, *peers[nxt])
+        ok = ok and val == 1000 + nxt
+        every = eng.comm.allreduce(int(ok), op=__import__("mpi4py").MPI.MIN)
+        want = env.shm_read_kib() * 1024 if every and native.SUPPORTED else 0
+        assert int(eng.shm.g[native.G_PULL]) == want, (ok, every)
+    n, me = comm.size, comm.rank
+    big = 96 * 1024  # float32: 384 KiB per rank, pieces of 256 + 128 KiB
+    x = (np.arange(big, dtype=np.float32) + me * big) % 65521
+    want = (np.arange(n * big, dtype=np.float32)) % 65521
+    assert_same(comm.all_gather(x), want, "all_gather")
+    h = comm.all_gather(x, async_op=True)
+    assert_same(h.wait(), want, "async all_gather")
+    pairs = [[i, (i + 1) % n] for i in range(n)]
+    got = comm.permute(x, pairs)
+    assert_same(got, (np.arange(big, dtype=np.float32) + ((me - 1) % n) * big) % 65521,
+                "permute")
+    xs, total = _sum_input(comm, "one-copy-all-reduce", 4 * big)
+    assert_same(comm.all_reduce(xs), total, "all_reduce")
+    if n > 1:
+        comm.send(x, (me + 1) % n)
+        out = np.empty_like(x)
+        comm.recv(out, (me - 1) % n)
+        assert_same(out, (np.arange(big, dtype=np.float32) + ((me - 1) % n) * big) % 65521,
+                    "send/recv")

@@ -15,6 +15,12 @@ A piece stays in its slot until someone asks for its key: an execution's round
 (``native.round_pass``) or ``take``. If a sender waits for room while all slots of
 its channel hold pieces nobody takes yet (a later round, a call not started), the
 engine copies them aside (``unblock``), so no cycle of full channels can form.
+
+A large piece a compiled run sends to its final destination, which copies it, may
+leave its payload in the sender's buffer (``native.post_read``; docs/architecture.md,
+"One copy for large copies"): every path here that takes a piece out of a slot reads
+such a piece into private memory first (``native.read_slot``), which also tells its
+sender the read is done.
 """
 from __future__ import annotations
 

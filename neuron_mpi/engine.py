@@ -576,13 +576,14 @@ def make_engine(world: MPI.Comm, topo) -> Engine:
 
     comm = world.Dup()
     kind = env.transport()
-    slots, kib = env.shm_slots(), env.shm_slot_kib()
-    # the piece size must be the same on every rank: take the largest asked for
-    want = np.array([slots, kib], np.int64)
+    slots, kib, read_kib = env.shm_slots(), env.shm_slot_kib(), env.shm_read_kib()
+    # the piece size must be the same on every rank: take the largest asked for; the
+    # probe for reads runs (collectively) if any rank asks for them, and each rank
+    # then publishes readable pieces from its own threshold (receivers take both kinds)
+    want = np.array([slots, kib, read_kib], np.int64)
     agreed = np.empty_like(want)
     comm.Allreduce(want, agreed, op=MPI.MAX)
-    slots, kib = int(agreed[0]), int(agreed[1])
-    read_kib = env.shm_read_kib()
+    slots, kib, anyone_reads = int(agreed[0]), int(agreed[1]), int(agreed[2]) > 0
     piece = kib * 1024
     shm = None
     rank = comm.Get_rank()
@@ -599,7 +600,7 @@ def make_engine(world: MPI.Comm, topo) -> Engine:
             seg = Segment(dom, members.tolist(), topo.size, slots, piece)
             shm = ShmTransport(seg, rank)
             _load_data_plane(dom)
-            if read_kib and _can_read_each_other(dom):
+            if anyone_reads and _can_read_each_other(dom) and read_kib:
                 shm.enable_reads(read_kib * 1024)
         dom.Free()
     everyone_local = shm is not None and len(shm.members) == topo.size

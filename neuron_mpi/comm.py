@@ -208,6 +208,7 @@ class Communicator:
         step, pending = ex.waiting_for()
         topo = self.topology
         me = self.world_rank
+        unread = ex.unread()
         if pending:
             parts = []
             for src, xid in pending[:4]:
@@ -218,6 +219,10 @@ class Communicator:
                 parts.append(f"data from rank {src} (transfer {xid}){via} over {link}")
             more = f" and {len(pending) - 4} more" if len(pending) > 4 else ""
             what = "; ".join(parts) + more
+        elif unread:
+            what = "; ".join(f"rank {dst} to read transfer {xid} from this rank's buffer"
+                             for dst, xid in unread[:4])
+            what += f" and {len(unread) - 4} more" if len(unread) > 4 else ""
         else:
             what = "its own sends to complete"
         err = CollectiveTimeoutError(

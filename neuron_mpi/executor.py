@@ -248,6 +248,20 @@ class Execution:
                 out.append((r.src, r.xid))
         return self.step, out
 
+    def unread(self):
+        """[(peer, xid)]: sends of the current round still waiting for their
+        receiver to read them from this rank's buffer (native plans)."""
+        if self.done or self._xs is None or not self._xs[1]:
+            return []
+        k = int(self._xs[0])
+        if k >= len(self.plan.steps) or self.plan.steps[k][0] != "round":
+            return []
+        out = []
+        for i, s in enumerate(self.plan.steps[k][1].sends):
+            if self._flags[i] == 2 and (s.dst, s.xid) not in out:
+                out.append((s.dst, s.xid))
+        return out
+
     def fail(self, err: BaseException) -> None:
         self.error = err
         if self._nargs is not None:  # pieces its receivers were to read from its buffers

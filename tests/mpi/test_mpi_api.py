@@ -344,3 +344,34 @@ def test_large_copies_are_read_from_the_senders_buffer(comm):
         comm.recv(out, (me - 1) % n)
         assert_same(out, (np.arange(big, dtype=np.float32) + ((me - 1) % n) * big) % 65521,
                     "send/recv")
+
+
+def test_a_sender_waiting_for_a_read_names_the_reader(comm, monkeypatch):
+    """A large piece left in the sender's buffer keeps the sender in its round until
+    the receiver reads it: when the receiver never comes, the timeout says whom the
+    sender waits for (and the piece is taken back). Where reads are off (the MPI
+    transport, or a kernel that forbids them) the piece is copied out and the call
+    returns."""
+    import neuron_mpi as nm
+    from neuron_mpi.transport import native
+
+    monkeypatch.setenv("NEURON_MPI_CHECK", "0")  # no agreement: the sender goes ahead
+    sub = comm.split([list(range(comm.size))])
+    if sub.size < 2:
+        return
+    eng = comm._engine
+    reads = eng.shm is not None and int(eng.shm.g[native.G_PULL]) > 0 and \
+        eng.shm.reaches(sub._ranks[1])
+    x = np.ones(64 * 1024, np.float32)  # one piece of 256 KiB
+    if sub.rank == 0:
+        if reads:
+            with pytest.raises(nm.CollectiveTimeoutError) as info:
+                sub.permute(x, [[0, 1]], timeout=1.0)
+            assert f"rank {sub._ranks[1]} to read transfer 0 from this rank's buffer" in \
+                str(info.value), str(info.value)
+        else:
+            sub.permute(x, [[0, 1]], timeout=5.0)
+    comm.barrier()
+    monkeypatch.delenv("NEURON_MPI_CHECK")
+    xs, want = _sum_input(comm, "after-unread", 4)
+    assert_same(comm.all_reduce(xs), want, "the session's communicator still works")

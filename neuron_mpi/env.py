@@ -179,10 +179,10 @@ def shm_read_kib() -> int:
     """NEURON_MPI_SHM_READ_KIB: pieces of at least this many KiB that the receiver
     copies (not reduces) it reads straight from the sender's buffer, one copy
     instead of two through a slot (process_vm_readv); 0: never (default 64)."""
-    n = _int("NEURON_MPI_SHM_READ_KIB", False)
+    name = "NEURON_MPI_SHM_READ_KIB"
+    n = _int(name, False)
     if n is not None and n < 0:
-        raise InvalidArgumentError(
-            f"NEURON_MPI_SHM_READ_KIB: expected an integer >= 0, got {_raw('NEURON_MPI_SHM_READ_KIB')!r}")
+        raise InvalidArgumentError(f"{name}: expected an integer >= 0, got {_raw(name)!r}")
     return 64 if n is None else n
 
 

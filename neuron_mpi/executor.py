@@ -16,7 +16,6 @@ never change bytes a send has yet to move.
 """
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -384,10 +383,8 @@ class Execution:
         if status == native.FAULT:
             row = self.plan.native.recvs[int(self._xs[2])]
             src = self._recv_of_row(int(self._xs[2])).src
-            raise RuntimeError(
-                f"{self.op}: reading {int(row[2])} bytes from rank {src}'s buffer failed "
-                f"(errno {int(self._xs[4])}: {os.strerror(int(self._xs[4]))}; transfer "
-                f"{int(row[3])}, piece {int(row[4])})")
+            raise RuntimeError(f"{self.op}: " + native.read_failed(
+                int(row[2]), src, int(self._xs[4]), int(row[3]), int(row[4])))
         if status == native.SIZE:
             row = self.plan.native.recvs[int(self._xs[2])]
             raise RuntimeError(

@@ -357,8 +357,9 @@ def test_the_python_path_reads_a_piece_left_in_the_senders_buffer():
     lay, seg, (a, b) = _one_transfer(700)
     native.exec_pass(*a)
     slot = native.find(seg, b[1], 1, 1, 0, 0)
-    assert slot >= 0 and native.is_remote(seg, b[1], slot)
+    hdr = seg[lay.hdr:lay.hdr + lay.L * lay.L * lay.K * native.HDR_WORDS * 8].view(np.int64)
+    assert slot >= 0 and hdr[slot * native.HDR_WORDS + native.H_ADDR] != 0  # header only
     out = np.zeros(700, np.uint8)
-    assert native.read_slot(seg, b[1], slot, out) == 0
+    assert native.read_slot(seg, b[1], slot, out, 0, 700) == 0
     assert np.array_equal(out, a[13])
     assert native.exec_pass(*a)[0] == native.DONE

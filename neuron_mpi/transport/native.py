@@ -288,23 +288,28 @@ def release(seg, g, slot):
 
 
 @njit(**JIT_OPTIONS)
-def read_slot(seg, g, slot, out):
-    """The payload of a piece left in its sender's memory, read into ``out`` (one
-    copy), and the slot freed; 0, -1 (the sender took it back) or the errno."""
+def read_slot(seg, g, slot, dst, off, n):
+    """The payload of a piece left in its sender's memory, read into dst[off:off +
+    n] (one copy), and the slot freed; 0, -1 (the sender took it back: nothing
+    read, nothing freed) or the errno. A read under way shows as the negated
+    generation, so the sender's take_back waits for it."""
     hdr = _hdr(seg, g)
     state = _state(seg, g)
     h = slot * HDR_WORDS
     v = _load(state, slot)
     if v <= 0 or _cmpxchg(state, slot, v, -v) != v:
         return -1
-    err = read_remote(hdr[h + H_PID], out, 0, hdr[h + H_ADDR], out.size)
+    err = read_remote(hdr[h + H_PID], dst, off, hdr[h + H_ADDR], n)
     release(seg, g, slot)
     return err
 
 
-@njit(**JIT_OPTIONS)
-def is_remote(seg, g, slot):
-    return _hdr(seg, g)[slot * HDR_WORDS + H_ADDR] != 0
+def read_failed(nbytes: int, origin: int, err: int, xid: int, piece: int) -> str:
+    """The message of a failed read_slot (errno ``err``)."""
+    import os
+
+    return (f"reading {nbytes} bytes from rank {origin}'s buffer failed (errno {err}: "
+            f"{os.strerror(err)}; transfer {xid}, piece {piece})")
 
 
 @njit(**JIT_OPTIONS)
@@ -535,7 +540,7 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
                 h = slot * HDR_WORDS
                 if hdr[h] != comm or hdr[h + 1] != seq or hdr[h + 7] != mew:
                     continue
-                v = _load(state, slot)
+                _load(state, slot)  # acquire: the header was read after the state
                 key = (hdr[h + 2] << KEY_SHIFT) | hdr[h + 3]
                 pos = np.searchsorted(rkeys, key)
                 if pos >= nr or rkeys[pos] != key:
@@ -551,12 +556,14 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
                 dst = _buf(recvs[row, 0], b0, b1, b2)
                 off = recvs[row, 1]
                 if hdr[h + H_ADDR] != 0:  # still in the sender's buffer: read it
-                    if v <= 0 or _cmpxchg(state, slot, v, -v) != v:
-                        continue  # taken back by its sender (failed)
-                    err = 22 if recvs[row, 5] else read_remote(hdr[h + H_PID], dst, off,
-                                                               hdr[h + H_ADDR], n)
-                    if err != 0:
+                    if recvs[row, 5]:  # never published so: the plans disagree
                         release(seg, g, slot)
+                        err = 22  # EINVAL
+                    else:
+                        err = read_slot(seg, g, slot, dst, off, n)  # (frees the slot)
+                    if err < 0:
+                        continue  # taken back by its sender (failed)
+                    if err != 0:
                         xs[2] = row
                         xs[4] = err
                         return FAULT, moved
@@ -566,7 +573,7 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
                         reduce_bytes(code, dst[off:off + n], seg[d:d + n])
                     else:
                         copy_bytes(dst, off, seg, d, n)
-                release(seg, g, slot)
+                    release(seg, g, slot)
                 flags[ns + i] = 1
                 moved = True
                 missing -= 1
@@ -695,10 +702,9 @@ def warm() -> int:
     xs[:] = 0
     exec_run(*args, np.zeros(1, np.int32), -1)
     take_back(seg, g, steps, args[4], xs, args[12], args[-1])
-    read_slot(seg, g, 0, b)
-    is_remote(seg, g, 0)
+    read_slot(seg, g, 0, b, 0, 0)
     read_remote(0, b, 0, 0, 0)  # engine._can_read_each_other's probe
-    return 13
+    return 12
 
 
 def geometry(layout, me: int, me_world: int, pid: int = 0) -> np.ndarray:

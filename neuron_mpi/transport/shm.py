@@ -80,15 +80,13 @@ class ShmTransport:
     # --- receiving ----------------------------------------------------------------------
     def _arrival(self, slot: int, private: bool = False) -> Arrival | None:
         comm, seq, xid, piece, nbytes, total, origin, dst = self.seg.hdr[slot, :8].tolist()
-        if native.is_remote(self.seg8, self.g, slot):  # still in its sender's memory
+        if self.seg.hdr[slot, native.H_ADDR]:  # still in its sender's memory
             data = np.empty(nbytes, np.uint8)
-            err = native.read_slot(self.seg8, self.g, slot, data)
+            err = native.read_slot(self.seg8, self.g, slot, data, 0, nbytes)
             if err < 0:
                 return None  # its sender failed and took it back
             if err:
-                raise RuntimeError(f"reading {nbytes} bytes from rank {origin}'s buffer failed "
-                                   f"(errno {err}: {os.strerror(err)}; transfer {xid}, "
-                                   f"piece {piece})")
+                raise RuntimeError(native.read_failed(nbytes, origin, err, xid, piece))
             return Arrival((comm, seq, xid, piece), total, origin, dst, data)
         data = self.slot_view(slot, nbytes)
         if private:
@@ -113,7 +111,11 @@ class ShmTransport:
 
     def collect(self, out: list) -> None:
         """Pieces that landed here on their way to another rank (several domains)."""
-        n = native.passing(self.seg8, self.g, self._scratch)
+        self._aside(native.passing(self.seg8, self.g, self._scratch), out)
+
+    def _aside(self, n: int, out: list) -> None:
+        """The pieces of the first ``n`` scratch slots, copied (or read) into private
+        memory, their slots freed, appended to ``out``."""
         for slot in self._scratch[:n].tolist():
             a = self._arrival(slot, private=True)
             if a is not None:
@@ -129,11 +131,7 @@ class ShmTransport:
     def unblock(self, out: list) -> None:
         """Copy aside the pieces of every channel whose sender waits while all its
         slots are full; they go to ``out`` (the engine's inbox)."""
-        n = native.stuck(self.seg8, self.g, self._scratch)
-        for slot in self._scratch[:n].tolist():
-            a = self._arrival(slot, private=True)
-            if a is not None:
-                out.append(a)
+        self._aside(native.stuck(self.seg8, self.g, self._scratch), out)
 
     def pending(self) -> bool:
         return False  # a posted piece is in the receiver's slot already

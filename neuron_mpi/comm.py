@@ -34,7 +34,8 @@ from .control import Control
 from .engine import make_engine
 from .errors import (CollectiveTimeoutError, CommunicatorFailedError,
                      InvalidArgumentError, NeuronMPIError, TopologyError, arg_error)
-from .executor import Execution, Plan, make_buffers, pieces
+from .executor import (Execution, Plan, SendRecvExecution, make_buffers, pieces,
+                       retag_sendrecv, sendrecv_plan)
 from .kernels import dtype_name
 from .recorder import FlightRecorder
 from .schedule import CallRecord
@@ -570,6 +571,11 @@ class Communicator:
         seconds = _timeout_seconds(timeout)
         return seconds, (None if seconds is None else time.monotonic() + seconds)
 
+    def _p2p_tag(self, sender: int, n: int) -> tuple[int, int, int]:
+        """The key prefix (communicator, call 0, transfer) of message ``n`` from member
+        ``sender`` to one receiver; collectives' calls start at 1."""
+        return self._id, 0, sender + self.size * n
+
     def send(self, x, dst, timeout=None) -> None:
         """Send ``x`` to ``dst``; returns once its bytes have left this rank (copied
         into the next rank's landing slots, or handed to MPI)."""
@@ -588,7 +594,7 @@ class Communicator:
         def posted():
             if not waiting:
                 for p, (o, ln) in enumerate(pieces(payload.size, per)):
-                    w = eng.send((self._id, n, -1 - self.rank, p), to, payload[o:o + ln],
+                    w = eng.send(self._p2p_tag(self.rank, n) + (p,), to, payload[o:o + ln],
                                  payload.size)
                     if w is not None:
                         waiting.append(w)
@@ -623,7 +629,7 @@ class Communicator:
         n = self._p2p_recv.get(src, 0)
         eng = self._engine
         per = eng.piece_bytes
-        tag = (self._id, n, -1 - src)
+        tag = self._p2p_tag(src, n)
         flat = out.reshape(-1).view(np.uint8) if out.flags.c_contiguous else None
         staging = flat if flat is not None else np.empty(out.nbytes, np.uint8)
         state = {"total": None, "next": 0, "todo": None}
@@ -673,6 +679,78 @@ class Communicator:
         if state["total"] != out.nbytes:
             raise InvalidArgumentError(
                 f"out: rank {src} sent {state['total']} bytes but out holds {out.nbytes} "
+                f"({out.shape} {out.dtype})")
+        if flat is None:
+            out[...] = staging.view(out.dtype).reshape(out.shape)
+        return out
+
+    def sendrecv(self, x, dst, out, src, timeout=None):
+        """Send ``x`` to ``dst`` and receive the next message from ``src`` into ``out``
+        (exactly its size) together, as MPI_Sendrecv; returns ``out``. Matches plain
+        send/recv on the other side. Within a shared-memory domain it runs as one
+        compiled round: a large piece is read by ``dst`` straight from ``x``, so ``x``
+        must not change until the call returns, and messages from ``src`` are read
+        straight into ``out`` (one copy each way)."""
+        self._ensure_usable()
+        x = V.array(x)
+        dst = V.rank(dst, self.size, "dst")
+        out = V.array(out, "out")
+        src = V.rank(src, self.size, "src")
+        if not out.flags.writeable:
+            raise InvalidArgumentError("out: expected a writeable array, got a read-only array")
+        seconds, deadline = self._p2p_deadline(timeout)
+        eng = self._engine
+        ns, nr = self._p2p_sent.get(dst, 0), self._p2p_recv.get(src, 0)
+        sxid, rxid = self._p2p_tag(self.rank, ns)[2], self._p2p_tag(src, nr)[2]
+        key = ("sendrecv", dst, x.nbytes, src, out.nbytes)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = sendrecv_plan(eng, self._ranks[dst], sxid, x.nbytes, self._ranks[src], rxid,
+                                 out.nbytes)
+            if len(self._plans) > 64:
+                self._plans.clear()
+            self._plans[key] = plan
+        else:
+            retag_sendrecv(plan, sxid, rxid)
+        if plan.native is None:  # a peer across domains, or no shared memory
+            self.send(x, dst, timeout)
+            return self.recv(out, src, timeout)
+        payload = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+        flat = out.reshape(-1).view(np.uint8) if out.flags.c_contiguous else None
+        staging = flat if flat is not None else np.empty(out.nbytes, np.uint8)
+        if payload.size and np.may_share_memory(payload, staging):
+            payload = payload.copy()  # the same memory both ways: send what it held
+        ex = SendRecvExecution(eng, plan, make_buffers(payload, staging, 0, np.uint8),
+                               self._id)
+        self._p2p_sent[dst] = ns + 1
+
+        def expired():
+            _, missing = ex.waiting_for()
+            if missing:
+                path = self.topology.route(self._ranks[src], self.world_rank)
+                prev = path[-2] if len(path) > 1 else src
+                link = self.topology.link_between_ranks(prev, self.world_rank).kind
+                what = f"message {nr} from rank {src} (waiting for rank {prev} over {link})"
+            elif ex.unread():
+                what = f"rank {dst} to read message {ns} from this rank's buffer"
+            else:
+                what = f"room at rank {dst} for message {ns}"
+            return CollectiveTimeoutError(
+                f"sendrecv (to rank {dst}, from rank {src}) timed out after {seconds:g} s "
+                f"waiting for {what}")
+        try:
+            eng.drive(lambda: ex.done, deadline, expired, start=ex)
+        except Exception as e:  # a timeout, a failed read: nobody may run it further
+            eng.cancel(ex, e)
+            self._fail(e)
+            raise
+        if ex.error is not None:
+            self._fail(ex.error)
+            raise ex.error
+        self._p2p_recv[src] = nr + 1
+        if ex.mismatch is not None:
+            raise InvalidArgumentError(
+                f"out: rank {src} sent {ex.mismatch} bytes but out holds {out.nbytes} "
                 f"({out.shape} {out.dtype})")
         if flat is None:
             out[...] = staging.view(out.dtype).reshape(out.shape)

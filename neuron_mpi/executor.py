@@ -36,11 +36,12 @@ class Send:
 
 
 class Recv:
-    __slots__ = ("xid", "piece", "src", "buf", "off", "count", "reduce")
+    __slots__ = ("xid", "piece", "src", "buf", "off", "count", "reduce", "total")
 
-    def __init__(self, xid, piece, src, buf, off, count, reduce):
+    def __init__(self, xid, piece, src, buf, off, count, reduce, total=-1):
         self.xid, self.piece, self.src = xid, piece, src
         self.buf, self.off, self.count, self.reduce = buf, off, count, reduce
+        self.total = total  # bytes of the whole transfer (its sender's Send.total)
 
 
 _BUF_ID = {IN: 0, OUT: 1, TMP: 2}
@@ -92,7 +93,7 @@ class NativePlan:
             rk = []
             for i, r in enumerate(st.recvs):
                 recvs.append((_BUF_ID[r.buf], r.off * itemsize, r.count * itemsize, r.xid,
-                              r.piece, int(r.reduce)))
+                              r.piece, int(r.reduce), r.total))
                 rk.append(((r.xid << KEY_SHIFT) | r.piece, r_lo + i))
             rk.sort()
             keys.extend(k for k, _ in rk)
@@ -181,7 +182,7 @@ class Plan:
                     if x.dst == me:
                         for p, (o, n) in enumerate(pieces(x.count, per)):
                             recvs.append(Recv(xid, p, view.ranks[x.src], x.dst_buf,
-                                              x.dst_off + o, n, x.reduce))
+                                              x.dst_off + o, n, x.reduce, x.count * itemsize))
                     xid += 1
                 if sends or recvs:
                     self.steps.append(("round", RoundStep(sends, recvs)))
@@ -190,6 +191,40 @@ class Plan:
         if engine is not None and engine.native and NativePlan.fits(self.steps, engine.hops):
             self.native = NativePlan(self.steps, itemsize, dtype_name, engine.hops,
                                      engine.shm.local, charge=not control)
+
+
+def sendrecv_plan(engine, dst: int, sxid: int, nsend: int, src: int, rxid: int,
+                  nrecv: int) -> Plan:
+    """Point-to-point send and receive as one round (item size 1: bytes): ``nsend``
+    bytes of IN to world rank ``dst`` as transfer ``sxid``, and ``nrecv`` bytes from
+    world rank ``src`` into OUT as transfer ``rxid``. Compiled (``.native``) only
+    when both directions stay in this rank's shared-memory domain."""
+    per = engine.piece_bytes
+    plan = Plan.__new__(Plan)
+    plan.steps = [("round", RoundStep(
+        [Send(sxid, p, dst, IN, o, n, nsend) for p, (o, n) in enumerate(pieces(nsend, per))],
+        [Recv(rxid, p, src, OUT, o, n, False, nrecv)
+         for p, (o, n) in enumerate(pieces(nrecv, per))]))]
+    plan.tmp_elems = 0
+    plan.native = None
+    hops = engine.hops
+    if engine.native and NativePlan.fits(plan.steps, hops) and (src == engine.rank or all(
+            r in hops.shm for r in hops.topo.route(src, engine.rank))):
+        plan.native = NativePlan(plan.steps, 1, "uint8", hops, engine.shm.local)
+    return plan
+
+
+def retag_sendrecv(plan: Plan, sxid: int, rxid: int) -> None:
+    """Give a sendrecv_plan (kept for reuse) the transfer numbers of another call."""
+    st = plan.steps[0][1]
+    for s in st.sends:
+        s.xid = sxid
+    for r in st.recvs:
+        r.xid = rxid
+    np_ = plan.native
+    if np_ is not None:
+        np_.sends[:, 5] = sxid
+        np_.keys[:] = (rxid << native.KEY_SHIFT) | np.arange(len(st.recvs))
 
 
 class Execution:
@@ -346,7 +381,7 @@ class Execution:
             shm = self.engine.shm
             np_ = self.plan.native
             b0, b1, b2 = (self._bytes(self.bufs[b]) for b in _BUF_NAME)
-            self._xs = np.zeros(5, np.int64)
+            self._xs = np.zeros(6, np.int64)
             self._flags = np.zeros(np_.max_flags, np.uint8)
             self._pend = np.zeros((np_.max_flags, 2), np.int64)
             code = CODES.get((self.reduce_op, np_.dtype_name), 0)
@@ -503,6 +538,69 @@ class Execution:
             dst[...] = np.zeros(1, dst.dtype)[0]
         else:
             raise AssertionError(lo.kind)
+
+
+class SendRecvExecution(Execution):
+    """A compiled sendrecv (sendrecv_plan). When the message from its source has
+    another size than OUT (the pass returns SIZE before copying any of it), the
+    receive is given up: the pieces of that message are taken and dropped as they
+    come, the send still completes, and ``mismatch`` holds the size sent (the
+    caller raises then, as recv does)."""
+
+    def __init__(self, engine, plan, bufs, comm_id: int):
+        super().__init__(engine, plan, bufs, comm_id, 0, "sendrecv")
+        self.mismatch = None
+        self._drain: list = []
+
+    def _give_up(self, sent: int) -> None:
+        """The message from the source has ``sent`` bytes, not OUT's: drop it."""
+        self.mismatch = sent
+        st = self.plan.steps[0][1]
+        rxid = st.recvs[0].xid
+        self._drain = [(self.comm_id, 0, rxid, p)
+                       for p in range(len(pieces(sent, self.engine.piece_bytes)))]
+        self._flags[len(st.sends):len(st.sends) + len(st.recvs)] = 1  # given up
+
+    def _take_from_inbox(self) -> bool:
+        if self.mismatch is None:  # pieces copied aside were not checked by the pass
+            inbox = self.engine.inbox
+            for r in self.plan.steps[0][1].recvs:
+                a = inbox.get((self.comm_id, 0, r.xid, r.piece))
+                if a is not None and a.total != r.total:
+                    self._give_up(a.total)
+                    return True
+        return super()._take_from_inbox()
+
+    def _native_status(self, status) -> bool:
+        if status == native.SIZE and self.mismatch is None:
+            self._give_up(int(self._xs[4]))
+            status = native.BLOCKED
+        if self._drain:  # (the engine's lock is held: run() and advance() need it)
+            still = []
+            for k in self._drain:
+                a = self.engine.take(k)
+                if a is None:
+                    still.append(k)
+                else:
+                    a.release()
+            self._drain = still
+            if self._drain and status == native.DONE:
+                status = native.BLOCKED  # the sends are done; pieces still to drop
+        return super()._native_status(status)
+
+    def _native_args(self):
+        if self._nargs is None:
+            super()._native_args()
+            self._xs[5] = 1  # sleep until any ring: the peer may send another size
+        return self._nargs
+
+    def run(self, deadline, claim=None) -> int:
+        if self.mismatch is None:
+            return super().run(deadline, claim)
+        # dropping pieces is Python's work: never sleep in a compiled run meanwhile
+        # (a peer may wait for this rank to read exactly those pieces)
+        self.advance()
+        return native.DONE if self.done else native.BLOCKED
 
 
 _NO_CLAIM = np.zeros(1, np.int32)  # a caller's own run: nobody takes the engine from it

@@ -157,12 +157,12 @@ def _waiting_run():
     g = native.geometry(lay, 0, 0)
     steps = np.array([[0, 0, 1]], np.int64)
     rounds = np.array([[0, 0, 0, 1]], np.int64)
-    recvs = np.array([[1, 0, 8, 0, 0, 0]], np.int64)
+    recvs = np.array([[1, 0, 8, 0, 0, 0, 8]], np.int64)
     keys = np.zeros(1, np.int64)
     b = np.zeros(8, np.uint8)
     args = (seg, g, np.zeros(1, np.int64), steps, rounds, np.zeros((0, native.SEND_COLS),
             np.int64), np.zeros(0, np.int64), recvs, keys, keys.copy(),
-            np.zeros((0, 6), np.int64), np.zeros(5, np.int64), np.zeros(2, np.uint8),
+            np.zeros((0, 6), np.int64), np.zeros(6, np.int64), np.zeros(2, np.uint8),
             b, b.copy(), b.copy(), 1, 1, 0, np.zeros(1, np.int32),
             np.zeros((1, 16), np.int64), 0, 1, np.zeros(1, np.int64), 0, np.zeros(0, np.int64),
             np.zeros((1, 2), np.int64))
@@ -177,6 +177,35 @@ def test_exec_run_reports_a_deadline():
     deadline = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + 50_000_000
     assert native.exec_run(*args, np.zeros(1, np.int32), deadline) == native.TIMEOUT
     assert 0.04 <= time.monotonic() - t0 < 2.0
+
+
+def test_a_full_channel_is_copied_aside_only_after_a_grace():
+    """A channel whose slots are all taken by pieces the run cannot use, while their
+    sender waits for room: the run first waits STUCK_GRACE_NS for itself to move
+    (the call holding them up usually ends), then returns PYTHON so the caller copies
+    them aside; it never sleeps on with the sender blocked."""
+    seg, g, args = _waiting_run()
+    L, K = int(g[native.G_L]), int(g[native.G_K])
+    state = seg[g[native.G_STATE]:g[native.G_STATE] + L * L * K * 8].view(np.int64)
+    want = seg[g[native.G_WANT]:g[native.G_WANT] + L * L * 4].view(np.int32)
+    state[(0 * L + 1) * K:(0 * L + 1) * K + K] = 5  # channel 1 -> 0: full, of nothing ours
+    want[0 * L + 1] = 1
+    t0 = time.monotonic()
+    deadline = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + 10_000_000_000
+    assert native.exec_run(*args, np.zeros(1, np.int32), deadline) == native.PYTHON
+    assert time.monotonic() - t0 >= native.STUCK_GRACE_NS / 1e9 * 0.9
+
+
+def test_a_transfer_of_another_size_is_refused_before_its_bytes_move():
+    """Recv column 6 holds the transfer's size; a piece whose header says another
+    (a point-to-point peer sending another size) is SIZE, with the size sent in
+    xs[4], and nothing is copied."""
+    _, _, (a, b) = _one_transfer(700, pull=0)
+    b[7][0, 6] = 1400
+    assert native.exec_pass(*a)[0] == native.DONE
+    assert native.exec_pass(*b)[0] == native.SIZE
+    assert b[11][4] == 700 and b[11][2] == 0
+    assert not b[14].any()
 
 
 def test_exec_run_hands_over_when_claimed():
@@ -259,7 +288,7 @@ def _one_transfer(n, direct=1, reduce=0, pull=1):
     steps = np.array([[0, 0, 1]], np.int64)
     keys = np.zeros(1, np.int64)
     sends = np.array([[1, 1, 0, 0, n, 0, 0, n, 0, 0, direct]], np.int64)
-    recvs = np.array([[1, 0, n, 0, 0, reduce]], np.int64)
+    recvs = np.array([[1, 0, n, 0, 0, reduce, n]], np.int64)
     no_sends = np.zeros((0, native.SEND_COLS), np.int64)
     no_recvs = np.zeros((0, native.RECV_COLS), np.int64)
     sides = []
@@ -271,7 +300,7 @@ def _one_transfer(n, direct=1, reduce=0, pull=1):
         b1 = np.zeros(n, np.uint8)
         args = (seg, g, np.zeros(1, np.int64), steps, np.array(rounds, np.int64), s,
                 np.zeros(0, np.int64), r, keys, keys.copy(), np.zeros((0, 6), np.int64),
-                np.zeros(5, np.int64), np.zeros(2, np.uint8), b0, b1, np.zeros(8, np.uint8),
+                np.zeros(6, np.int64), np.zeros(2, np.uint8), b0, b1, np.zeros(8, np.uint8),
                 1, 1, 0, np.zeros(1, np.int32), np.zeros((1, 16), np.int64), 0, 1,
                 np.zeros(1, np.int64), 0, np.zeros(0, np.int64), np.zeros((1, 2), np.int64))
         sides.append(args)

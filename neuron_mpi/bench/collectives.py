@@ -122,8 +122,7 @@ def run_permute(c: Case):
 
 
 def run_sendrecv(c: Case):
-    c.comm.send(c.x, (c.me + 1) % c.r)
-    c.comm.recv(c.out, (c.me - 1) % c.r)
+    c.comm.sendrecv(c.x, (c.me + 1) % c.r, c.out, (c.me - 1) % c.r)
 
 
 def run_all_gather_v(c: Case):

@@ -561,8 +561,15 @@ class Comm:
 
     def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=0,
                  recvtag=_MPI.ANY_TAG, status=None) -> None:
-        self.Send(sendbuf, dest, sendtag)
-        self.Recv(recvbuf, source, recvtag, status)
+        if source == _MPI.ANY_SOURCE:
+            raise NotImplementedError(
+                "source: MPI.ANY_SOURCE is not emulated (receive from a named rank)")
+        out = _Msg(recvbuf, "recvbuf").elems()
+        self._c.sendrecv(_bytes(_Msg(sendbuf, "sendbuf").elems()), dest, _bytes(out), source)
+        if status is not None:
+            status.Set_source(source)
+            status.Set_tag(0 if recvtag == _MPI.ANY_TAG else recvtag)
+            status.Set_elements(_MPI.BYTE, out.nbytes)
 
     def Isend(self, buf, dest, tag=0) -> Request:
         self.Send(buf, dest, tag)

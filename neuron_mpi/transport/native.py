@@ -44,7 +44,8 @@ KEY_SHIFT = 20  # a piece's lookup key: xid << 20 | piece
 # whether the receiver may read the piece from the sender's buffer (its final
 # destination in this domain, delivered by copy)
 SEND_COLS = 11
-RECV_COLS = 6   # buf, byte offset, bytes, xid, piece, reduce
+STUCK_GRACE_NS = 2_000_000  # exec_run: how long a full channel may wait before it is copied aside
+RECV_COLS = 7   # buf, byte offset, bytes, xid, piece, reduce, the transfer's bytes
 
 
 @intrinsic
@@ -389,7 +390,9 @@ def any_want(seg, g):
 # locals [kind (0 copy, 1 reduce, 2 divide, 3 zero), src buf, src byte offset, dst buf,
 # dst byte offset, bytes]. State of one run: xs [step, round started, recv of a wrong
 # size (or whose read failed), agreement (1 publish, 2 wait, 0 done), pieces still
-# missing when blocked (the errno of a failed read)], flags (one byte per send of the
+# missing when blocked (the errno of a failed read), 1: a sleeping run wakes on any
+# ring, counting no pieces (point to point: a peer may never send what this rank
+# expects)], flags (one byte per send of the
 # round, then one per recv: 1 done; a send 2: published from this rank's buffer, not
 # read yet), pend (per send of the round: the slot and generation of such a piece).
 DONE, BLOCKED, PYTHON, SIZE, TIMEOUT, MISMATCH, YIELDED, FAULT = range(8)
@@ -450,7 +453,8 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
     """Advance an execution as far as the agreement, the arrived pieces and free
     slots allow. Returns (status, moved): DONE; BLOCKED (waiting for members,
     pieces, slots or reads of its buffers); PYTHON (a locals step with a divide is
-    next: the caller runs it); SIZE (a piece of the wrong size came for recv xs[2]);
+    next: the caller runs it); SIZE (a piece of the wrong size, or of a transfer of
+    the wrong size, xs[4] bytes, came for recv xs[2]);
     MISMATCH (the members' fingerprints differ: nothing moved); FAULT (reading recv
     xs[2]'s piece from its sender failed, errno xs[4]).
 
@@ -550,8 +554,9 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
                 if flags[ns + i] != 0:
                     continue
                 n = recvs[row, 2]
-                if hdr[h + 4] != n:
+                if hdr[h + 4] != n or hdr[h + 5] != recvs[row, 6]:
                     xs[2] = row
+                    xs[4] = hdr[h + 5]  # the size the sender sent
                     return SIZE, moved
                 dst = _buf(recvs[row, 0], b0, b1, b2)
                 off = recvs[row, 1]
@@ -634,6 +639,7 @@ def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, loc
     bi = g[G_ME] * 16
     ts = np.zeros(2, np.int64)
     scratch = np.empty(g[G_K], np.int64)
+    graced = False
     while True:
         seen = _load(ctl, bi)
         status, moved = exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys,
@@ -644,14 +650,25 @@ def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, loc
         if _load(claim, 0) != 0:
             return YIELDED
         if moved:
+            graced = False
             continue
+        grace = False
         if xs[3] == 0 and stuck(seg, g, scratch) > 0:
-            return PYTHON
+            # a full channel this run cannot empty (pieces of a later call, or of
+            # another execution): wait STUCK_GRACE_NS for this run to move first, as
+            # the call holding them up usually ends soon; still stuck with nothing
+            # moved: the caller copies them aside
+            if graced:
+                return PYTHON
+            graced = grace = True
         wait = -1
         if deadline_ns >= 0:
             wait = deadline_ns - _now_ns(ts)
             if wait <= 0:
                 return TIMEOUT
+        if grace and (wait < 0 or wait > STUCK_GRACE_NS):
+            wait = STUCK_GRACE_NS
+        if wait >= 0:
             ts[0] = wait // 1000000000
             ts[1] = wait % 1000000000
         tsp = np.int64(0)
@@ -659,7 +676,7 @@ def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, loc
             tsp = np.int64(ts.ctypes.data)
         # sleep until the pieces still missing have rung (or any forced ring: room,
         # the agreement, a claim); a ring since ``seen`` returns at once
-        _store(ctl, bi + CTL_WAKE_AT, seen + max(xs[4], 1))
+        _store(ctl, bi + CTL_WAKE_AT, seen + (1 if xs[5] != 0 else max(xs[4], 1)))
         _fetch_add(ctl, bi + CTL_COUNTING, 1)
         _syscall4(202, ctl.ctypes.data + 4 * bi, 0, seen, tsp)
         _fetch_add(ctl, bi + CTL_COUNTING, -1)
@@ -693,7 +710,7 @@ def warm() -> int:
     steps[0, 0] = 1
     locs = np.zeros((1, 6), np.int64)
     locs[0, 0] = 1  # a reduce of 0 bytes
-    xs = np.zeros(5, np.int64)
+    xs = np.zeros(6, np.int64)
     args = (seg, g, gen, steps, np.zeros((0, 4), np.int64), z, charges, r, k, k, locs, xs,
             np.zeros(1, np.uint8), b, b, b, 0, 0, 0, np.zeros(1, np.int32),
             np.zeros((1, 16), np.int64), 0, 1, np.zeros(9, np.int64), 0, np.zeros(1, np.int64),

@@ -390,6 +390,18 @@ def cases(n: int) -> list[Case]:
         o.flags.writeable = False
         return c.recv(o, 0, timeout=LONG)
     bad("p2p-recv-read-only-out", "out", ro_recv, expect="local")
+    bad("p2p-sendrecv-src-out-of-range", "src",
+        lambda c, ctx, me: c.sendrecv(ctx.inp(data(c.rank, 4)), 0, np.empty(4, np.float32), -1,
+                                      timeout=LONG) if me else None,
+        expect="local")
+
+    def ro_sendrecv(c, ctx, me):
+        if not me:
+            return None
+        o = np.zeros(4, np.float32)
+        o.flags.writeable = False
+        return c.sendrecv(ctx.inp(data(c.rank, 4)), 0, o, 0, timeout=LONG)
+    bad("p2p-sendrecv-read-only-out", "out", ro_sendrecv, expect="local")
 
     # reuse of a failed communicator
     def reuse(first):
@@ -422,6 +434,8 @@ def cases(n: int) -> list[Case]:
         for call in (lambda: c.split([list(range(n))], timeout=SHORT),
                      lambda: c.send(x, (c.rank + 1) % n, timeout=SHORT),
                      lambda: c.recv(np.empty(8, np.float32), (c.rank - 1) % n, timeout=SHORT),
+                     lambda: c.sendrecv(x, (c.rank + 1) % n, np.empty(8, np.float32),
+                                        (c.rank - 1) % n, timeout=SHORT),
                      lambda: c.barrier(timeout=SHORT)):
             try:
                 call()
@@ -429,7 +443,8 @@ def cases(n: int) -> list[Case]:
             except Exception as e:
                 errs.append(type(e).__name__)
         if set(errs) != {"CommunicatorFailedError"}:
-            raise AssertionError(f"split/send/recv/barrier on a failed communicator: {errs}")
+            raise AssertionError(f"split/send/recv/sendrecv/barrier on a failed communicator: "
+                                 f"{errs}")
         ctx.mark()
         return c.all_gather(x, timeout=SHORT), None
     out.append(Case("reuse-split-p2p-after-failure", "failed", run, field="failed earlier",

@@ -341,6 +341,122 @@ def test_send_recv_several_messages_keep_order(comm):
     comm.barrier()
 
 
+@pytest.mark.parametrize("kind", ["shift", "mirror"])
+def test_sendrecv(comm, kind):
+    """sendrecv: exact for every dtype; one piece, several pieces (large ones are
+    read from the sender's buffer), empty, and a non-contiguous out; called twice
+    with the same shapes (its plan is kept and renumbered)."""
+    n, me = comm.size, comm.rank
+    if kind == "shift":
+        dst, src = (me + 1) % n, (me - 1) % n
+    else:
+        dst = src = n - 1 - me
+    for dn in (DTYPE_NAMES if FULL else DTYPE_NAMES[:3]):
+        dt = DTYPES[dn]
+        t = table(seed_of("sendrecv", kind, dn, n), n, 6, dt).reshape(n, 3, 2)
+        out = np.empty((3, 2), dt)
+        assert comm.sendrecv(t[me], dst, out, src) is out
+        assert_same(out, t[src], f"sendrecv {dn} from {src}")
+    big = (80_000 if n <= 8 else 20_000) + 3  # 313 KiB (two pieces) / 78 KiB per rank
+    for k in range(2):
+        x = (np.arange(big, dtype=np.float32) + 1000 * me + k) % 65521
+        got = comm.sendrecv(x, dst, np.empty(big, np.float32), src)
+        assert_same(got, (np.arange(big, dtype=np.float32) + 1000 * src + k) % 65521,
+                    f"large sendrecv {k}")
+    empty = comm.sendrecv(np.empty(0, np.int8), dst, np.empty(0, np.int8), src)
+    assert empty.size == 0
+    wide = np.zeros((4, 6), np.int32)
+    comm.sendrecv(np.full((4, 3), me, np.int32), dst, wide[:, ::2], src)
+    assert_same(wide[:, ::2], np.full((4, 3), src, np.int32), "non-contiguous out")
+    assert not wide[:, 1::2].any()
+    comm.barrier()
+
+
+def test_sendrecv_meets_plain_send_and_recv_in_order(comm):
+    """A sendrecv on one side matches a send or a recv on the other, and messages
+    between two ranks keep their order whichever call sent them."""
+    n, me = comm.size, comm.rank
+    if n < 2:
+        pytest.skip("needs a peer")
+    big = 80_000 if n <= 8 else 20_000
+    peer = me ^ 1
+    if peer >= n:
+        comm.barrier()
+        return
+
+    def msg(r, k):
+        return (np.arange(big, dtype=np.float32) + 10 * r + k) % 65521
+
+    out = np.empty(big, np.float32)
+    if me % 2 == 0:
+        comm.sendrecv(msg(me, 0), peer, out, peer)
+        assert_same(out, msg(peer, 0), "sendrecv against recv + send")
+        comm.send(msg(me, 1), peer)
+        comm.sendrecv(msg(me, 2), peer, out, peer)
+        assert_same(out, msg(peer, 1), "sendrecv against send + sendrecv")
+        assert_same(comm.recv(out, peer), msg(peer, 2), "recv after sendrecv")
+    else:
+        assert_same(comm.recv(out, peer), msg(peer, 0), "recv of a sendrecv")
+        comm.send(msg(me, 0), peer)
+        comm.send(msg(me, 1), peer)
+        assert_same(comm.recv(out, peer), msg(peer, 1), "recv of a send")
+        assert_same(comm.sendrecv(msg(me, 2), peer, out, peer), msg(peer, 2),
+                    "sendrecv against sendrecv")
+    comm.barrier()
+
+
+def test_sendrecv_of_the_wrong_size_names_out_and_keeps_the_communicator(comm):
+    """A message of another size than out: that receiver raises naming out (as recv
+    does), its own send still arrives, and the communicator keeps working; also when
+    both sides of a pair get the wrong size with large messages (each must drop
+    the other's pieces while its own wait to be read)."""
+    from neuron_mpi.errors import InvalidArgumentError
+
+    n, me = comm.size, comm.rank
+    big = 80_000 if n <= 8 else 20_000
+    dst, src = (me + 1) % n, (me - 1) % n
+    x = np.full(big // 2 if me == 1 else big, me, np.float32)
+    out = np.empty(big, np.float32)
+    if n > 1 and src == 1:  # the rank that receives from the short sender
+        with pytest.raises(InvalidArgumentError, match=f"out: rank {src} sent {big // 2 * 4} "):
+            comm.sendrecv(x, dst, out, src)
+    elif n > 1:
+        assert_same(comm.sendrecv(x, dst, out, src), np.full(big, src, np.float32), "sendrecv")
+    peer = me ^ 1
+    if peer < n:
+        with pytest.raises(InvalidArgumentError, match="out: rank"):
+            comm.sendrecv(np.ones(big, np.float32), peer, np.empty(big + 8, np.float32), peer)
+    if peer < n:  # a message of the wrong size that was copied aside before the call
+        if me % 2 == 0:  # (more pieces than the channel's slots: the agent takes them)
+            comm.send(np.ones(640 * 1024, np.float32), peer)
+            assert_same(comm.recv(np.empty(4, np.int32), peer), np.full(4, peer, np.int32),
+                        "recv after a dropped message")
+        else:
+            time.sleep(0.5)
+            with pytest.raises(InvalidArgumentError, match=f"out: rank {peer} sent 2621440 "):
+                comm.sendrecv(np.full(4, me, np.int32), peer, np.empty(big, np.float32), peer)
+    got = comm.all_reduce(np.full(4, me + 1, np.float32))
+    assert_same(got, np.full(4, n * (n + 1) // 2, np.float32), "the communicator still works")
+
+
+def test_sendrecv_whose_peer_never_comes_times_out_naming_it(comm):
+    from neuron_mpi.errors import CollectiveTimeoutError, CommunicatorFailedError
+
+    n, me = comm.size, comm.rank
+    if n < 2:
+        pytest.skip("needs a peer")
+    if me < 2:
+        sub = comm.group([0, 1])
+        if me == 0:
+            with pytest.raises(CollectiveTimeoutError,
+                               match=r"sendrecv \(to rank 1, from rank 1\) timed out after "
+                                     r"0.5 s waiting for message 0 from rank 1"):
+                sub.sendrecv(np.ones(8, np.float32), 1, np.empty(8, np.float32), 1, timeout=0.5)
+            with pytest.raises(CommunicatorFailedError):
+                sub.sendrecv(np.ones(8, np.float32), 1, np.empty(8, np.float32), 1)
+    comm.barrier()
+
+
 def test_barrier(comm):
     """Nobody leaves the barrier before the last rank (0, after a sleep) entered."""
     n, me = comm.size, comm.rank

@@ -576,6 +576,25 @@ class Communicator:
         ``sender`` to one receiver; collectives' calls start at 1."""
         return self._id, 0, sender + self.size * n
 
+    def _recv_timeout(self, n: int, src: int, seconds) -> CollectiveTimeoutError:
+        path = self.topology.route(self._ranks[src], self.world_rank)
+        prev = path[-2] if len(path) > 1 else src
+        link = self.topology.link_between_ranks(prev, self.world_rank).kind
+        return CollectiveTimeoutError(
+            f"recv (message {n} from rank {src}) timed out after {seconds:g} s waiting "
+            f"for rank {prev} over {link}")
+
+    @staticmethod
+    def _received(src: int, sent, out, flat, staging) -> None:
+        """Finish a receive: raise naming ``out`` when the message had another size,
+        else fill a non-contiguous ``out`` from ``staging``."""
+        if sent != out.nbytes:
+            raise InvalidArgumentError(
+                f"out: rank {src} sent {sent} bytes but out holds {out.nbytes} "
+                f"({out.shape} {out.dtype})")
+        if flat is None:
+            out[...] = staging.view(out.dtype).reshape(out.shape)
+
     def send(self, x, dst, timeout=None) -> None:
         """Send ``x`` to ``dst``; returns once its bytes have left this rank (copied
         into the next rank's landing slots, or handed to MPI)."""
@@ -626,6 +645,8 @@ class Communicator:
         if not out.flags.writeable:
             raise InvalidArgumentError("out: expected a writeable array, got a read-only array")
         seconds, deadline = self._p2p_deadline(timeout)
+        if self._p2p_compiled(None, None, out, src, seconds, deadline):
+            return out
         n = self._p2p_recv.get(src, 0)
         eng = self._engine
         per = eng.piece_bytes
@@ -663,25 +684,13 @@ class Communicator:
                     return False
             return True
 
-        def expired():
-            path = self.topology.route(self._ranks[src], self.world_rank)
-            prev = path[-2] if len(path) > 1 else src
-            link = self.topology.link_between_ranks(prev, self.world_rank).kind
-            return CollectiveTimeoutError(
-                f"recv (message {n} from rank {src}) timed out after {seconds:g} s waiting "
-                f"for rank {prev} over {link}")
         try:
-            eng.drive(arrived, deadline, expired)
+            eng.drive(arrived, deadline, lambda: self._recv_timeout(n, src, seconds))
         except CollectiveTimeoutError as e:
             self._fail(e)
             raise
         self._p2p_recv[src] = n + 1
-        if state["total"] != out.nbytes:
-            raise InvalidArgumentError(
-                f"out: rank {src} sent {state['total']} bytes but out holds {out.nbytes} "
-                f"({out.shape} {out.dtype})")
-        if flat is None:
-            out[...] = staging.view(out.dtype).reshape(out.shape)
+        self._received(src, state["total"], out, flat, staging)
         return out
 
     def sendrecv(self, x, dst, out, src, timeout=None):
@@ -699,38 +708,56 @@ class Communicator:
         if not out.flags.writeable:
             raise InvalidArgumentError("out: expected a writeable array, got a read-only array")
         seconds, deadline = self._p2p_deadline(timeout)
+        if not self._p2p_compiled(x, dst, out, src, seconds, deadline):
+            try:  # a peer across domains, or no shared memory: send, then receive
+                self.send(x, dst, seconds or 0)
+                self.recv(out, src, 0 if deadline is None else
+                          max(deadline - time.monotonic(), 1e-3))
+            except CollectiveTimeoutError as e:
+                raise CollectiveTimeoutError(
+                    f"sendrecv (to rank {dst}, from rank {src}) timed out after {seconds:g} s: "
+                    f"{e}") from e
+        return out
+
+    def _p2p_compiled(self, x, dst, out, src, seconds, deadline) -> bool:
+        """recv (``x`` None) or sendrecv as one compiled round: False, having done
+        nothing, where that cannot run (a peer outside this shared-memory domain)."""
         eng = self._engine
+        if not eng.native:
+            return False
+        nsend = -1 if x is None else x.nbytes
         ns, nr = self._p2p_sent.get(dst, 0), self._p2p_recv.get(src, 0)
         sxid, rxid = self._p2p_tag(self.rank, ns)[2], self._p2p_tag(src, nr)[2]
-        key = ("sendrecv", dst, x.nbytes, src, out.nbytes)
+        key = ("p2p", dst, nsend, src, out.nbytes)
         plan = self._plans.get(key)
         if plan is None:
-            plan = sendrecv_plan(eng, self._ranks[dst], sxid, x.nbytes, self._ranks[src], rxid,
-                                 out.nbytes)
+            plan = sendrecv_plan(eng, None if x is None else self._ranks[dst], sxid, nsend,
+                                 self._ranks[src], rxid, out.nbytes)
             if len(self._plans) > 64:
                 self._plans.clear()
             self._plans[key] = plan
         else:
             retag_sendrecv(plan, sxid, rxid)
-        if plan.native is None:  # a peer across domains, or no shared memory
-            self.send(x, dst, timeout)
-            return self.recv(out, src, timeout)
-        payload = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
+        if plan.native is None:
+            return False
+        payload = np.empty(0, np.uint8) if x is None else \
+            np.ascontiguousarray(x).reshape(-1).view(np.uint8)
         flat = out.reshape(-1).view(np.uint8) if out.flags.c_contiguous else None
         staging = flat if flat is not None else np.empty(out.nbytes, np.uint8)
         if payload.size and np.may_share_memory(payload, staging):
             payload = payload.copy()  # the same memory both ways: send what it held
+        op = "recv" if x is None else "sendrecv"
         ex = SendRecvExecution(eng, plan, make_buffers(payload, staging, 0, np.uint8),
-                               self._id)
-        self._p2p_sent[dst] = ns + 1
+                               self._id, op)
+        if x is not None:
+            self._p2p_sent[dst] = ns + 1
 
         def expired():
             _, missing = ex.waiting_for()
+            if x is None:
+                return self._recv_timeout(nr, src, seconds)
             if missing:
-                path = self.topology.route(self._ranks[src], self.world_rank)
-                prev = path[-2] if len(path) > 1 else src
-                link = self.topology.link_between_ranks(prev, self.world_rank).kind
-                what = f"message {nr} from rank {src} (waiting for rank {prev} over {link})"
+                what = f"message {nr} from rank {src}"
             elif ex.unread():
                 what = f"rank {dst} to read message {ns} from this rank's buffer"
             else:
@@ -748,13 +775,9 @@ class Communicator:
             self._fail(ex.error)
             raise ex.error
         self._p2p_recv[src] = nr + 1
-        if ex.mismatch is not None:
-            raise InvalidArgumentError(
-                f"out: rank {src} sent {ex.mismatch} bytes but out holds {out.nbytes} "
-                f"({out.shape} {out.dtype})")
-        if flat is None:
-            out[...] = staging.view(out.dtype).reshape(out.shape)
-        return out
+        self._received(src, out.nbytes if ex.mismatch is None else ex.mismatch, out, flat,
+                       staging)
+        return True
 
     # --- groups -----------------------------------------------------------------------
     def split(self, replica_groups, timeout=None):

@@ -196,20 +196,22 @@ class Plan:
 def sendrecv_plan(engine, dst: int, sxid: int, nsend: int, src: int, rxid: int,
                   nrecv: int) -> Plan:
     """Point-to-point send and receive as one round (item size 1: bytes): ``nsend``
-    bytes of IN to world rank ``dst`` as transfer ``sxid``, and ``nrecv`` bytes from
-    world rank ``src`` into OUT as transfer ``rxid``. Compiled (``.native``) only
-    when both directions stay in this rank's shared-memory domain."""
+    bytes of IN to world rank ``dst`` as transfer ``sxid`` (``dst`` None: a receive
+    alone), and ``nrecv`` bytes from world rank ``src`` into OUT as transfer
+    ``rxid``. Compiled (``.native``) only when both directions stay in this rank's
+    shared-memory domain and neither is this rank itself."""
     per = engine.piece_bytes
     plan = Plan.__new__(Plan)
     plan.steps = [("round", RoundStep(
+        [] if dst is None else
         [Send(sxid, p, dst, IN, o, n, nsend) for p, (o, n) in enumerate(pieces(nsend, per))],
         [Recv(rxid, p, src, OUT, o, n, False, nrecv)
          for p, (o, n) in enumerate(pieces(nrecv, per))]))]
     plan.tmp_elems = 0
     plan.native = None
     hops = engine.hops
-    if engine.native and NativePlan.fits(plan.steps, hops) and (src == engine.rank or all(
-            r in hops.shm for r in hops.topo.route(src, engine.rank))):
+    if engine.native and src != engine.rank and NativePlan.fits(plan.steps, hops) and all(
+            r in hops.shm for r in hops.topo.route(src, engine.rank)):
         plan.native = NativePlan(plan.steps, 1, "uint8", hops, engine.shm.local)
     return plan
 
@@ -547,8 +549,8 @@ class SendRecvExecution(Execution):
     come, the send still completes, and ``mismatch`` holds the size sent (the
     caller raises then, as recv does)."""
 
-    def __init__(self, engine, plan, bufs, comm_id: int):
-        super().__init__(engine, plan, bufs, comm_id, 0, "sendrecv")
+    def __init__(self, engine, plan, bufs, comm_id: int, op: str = "sendrecv"):
+        super().__init__(engine, plan, bufs, comm_id, 0, op)
         self.mismatch = None
         self._drain: list = []
 

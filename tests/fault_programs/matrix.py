@@ -383,25 +383,23 @@ def cases(n: int) -> list[Case]:
         lambda c, ctx, me: c.send(ctx.inp(data(c.rank, 4)), n, timeout=LONG) if me else None,
         expect="local")
 
-    def ro_recv(c, ctx, me):
-        if not me:
-            return None
-        o = np.zeros(4, np.float32)
-        o.flags.writeable = False
-        return c.recv(o, 0, timeout=LONG)
-    bad("p2p-recv-read-only-out", "out", ro_recv, expect="local")
+    def read_only_out(receive):
+        def run(c, ctx, me):
+            if not me:
+                return None
+            o = np.zeros(4, np.float32)
+            o.flags.writeable = False
+            return receive(c, ctx, o)
+        return run
+    bad("p2p-recv-read-only-out", "out",
+        read_only_out(lambda c, ctx, o: c.recv(o, 0, timeout=LONG)), expect="local")
     bad("p2p-sendrecv-src-out-of-range", "src",
         lambda c, ctx, me: c.sendrecv(ctx.inp(data(c.rank, 4)), 0, np.empty(4, np.float32), -1,
                                       timeout=LONG) if me else None,
         expect="local")
-
-    def ro_sendrecv(c, ctx, me):
-        if not me:
-            return None
-        o = np.zeros(4, np.float32)
-        o.flags.writeable = False
-        return c.sendrecv(ctx.inp(data(c.rank, 4)), 0, o, 0, timeout=LONG)
-    bad("p2p-sendrecv-read-only-out", "out", ro_sendrecv, expect="local")
+    bad("p2p-sendrecv-read-only-out", "out", read_only_out(
+        lambda c, ctx, o: c.sendrecv(ctx.inp(data(c.rank, 4)), 0, o, 0, timeout=LONG)),
+        expect="local")
 
     # reuse of a failed communicator
     def reuse(first):

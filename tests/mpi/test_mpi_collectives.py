@@ -439,7 +439,34 @@ def test_sendrecv_of_the_wrong_size_names_out_and_keeps_the_communicator(comm):
     assert_same(got, np.full(4, n * (n + 1) // 2, np.float32), "the communicator still works")
 
 
-def test_sendrecv_whose_peer_never_comes_times_out_naming_it(comm):
+def test_recv_of_the_wrong_size_names_out_and_the_next_message_arrives(comm):
+    """recv into an out of another size than the message (one piece, and several):
+    InvalidArgumentError naming out, the message is consumed, the next one is
+    received, and the communicator keeps working."""
+    from neuron_mpi.errors import InvalidArgumentError
+
+    n, me = comm.size, comm.rank
+    peer = me ^ 1
+    if peer < n:
+        for count in (1000, 300_000 if n <= 8 else 70_000):
+            if me % 2 == 0:
+                comm.send(np.full(count, me, np.float32), peer)
+                comm.send(np.full(4, me + 1, np.int64), peer)
+            else:
+                with pytest.raises(InvalidArgumentError,
+                                   match=f"out: rank {peer} sent {count * 4} bytes but out "
+                                         f"holds {count * 8}"):
+                    comm.recv(np.empty(count * 2, np.float32), peer)
+                assert_same(comm.recv(np.empty(4, np.int64), peer),
+                            np.full(4, peer + 1, np.int64), "the next message")
+    got = comm.all_reduce(np.full(4, me + 1, np.float32))
+    assert_same(got, np.full(4, n * (n + 1) // 2, np.float32), "the communicator still works")
+
+
+@pytest.mark.parametrize("call", ["recv", "sendrecv"])
+def test_a_receive_whose_sender_never_comes_times_out_naming_it(comm, call):
+    """The waiting rank names the message and whom it waits for; the communicator
+    is failed afterwards."""
     from neuron_mpi.errors import CollectiveTimeoutError, CommunicatorFailedError
 
     n, me = comm.size, comm.rank
@@ -448,12 +475,20 @@ def test_sendrecv_whose_peer_never_comes_times_out_naming_it(comm):
     if me < 2:
         sub = comm.group([0, 1])
         if me == 0:
-            with pytest.raises(CollectiveTimeoutError,
-                               match=r"sendrecv \(to rank 1, from rank 1\) timed out after "
-                                     r"0.5 s waiting for message 0 from rank 1"):
-                sub.sendrecv(np.ones(8, np.float32), 1, np.empty(8, np.float32), 1, timeout=0.5)
+            want = {"recv": r"recv \(message 0 from rank 1\) timed out after 0.5 s waiting "
+                            r"for rank 1 over ",
+                    # (one compiled round, or across domains send then recv)
+                    "sendrecv": r"sendrecv \(to rank 1, from rank 1\) timed out after 0.5 s"
+                                r"(: recv \(message 0 from rank 1\) timed out after .* s"
+                                r" waiting for rank 1 over .*| waiting for message 0 from "
+                                r"rank 1)$"}[call]
+            run = {"recv": lambda t: sub.recv(np.empty(8, np.float32), 1, timeout=t),
+                   "sendrecv": lambda t: sub.sendrecv(np.ones(8, np.float32), 1,
+                                                      np.empty(8, np.float32), 1, timeout=t)}
+            with pytest.raises(CollectiveTimeoutError, match=want):
+                run[call](0.5)
             with pytest.raises(CommunicatorFailedError):
-                sub.sendrecv(np.ones(8, np.float32), 1, np.empty(8, np.float32), 1)
+                run[call](None)
     comm.barrier()
 
 

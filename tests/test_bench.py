@@ -326,3 +326,16 @@ def test_mpi_corrupted_result_fails():
     headers, rows = report.parse_table(res.stdout)
     assert [r[-1] for r in rows] == ["1"]
     assert "# Out of bounds values : 1 FAILED" in res.stdout
+
+
+def test_p2p_benchmark_runs_every_method_exactly():
+    """benchmarks/p2p.py on 8 ranks: a row per size and method (the MPI baseline at
+    1.00), every result exact, exit 0."""
+    res = _launch(["--bytes", "4KB", "300KB", "--iters", "3"],
+                  program=[sys.executable, str(ROOT / "benchmarks" / "p2p.py")])
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = [ln.split() for ln in res.stdout.splitlines() if ln.startswith("  ")]
+    assert [(r[0], r[1]) for r in rows] == [
+        (b, m) for b in ("4096", "307200") for m in ("mpi", "send+recv", "sendrecv", "permute")]
+    assert all(r[-1] == "yes" for r in rows)
+    assert all(float(r[4]) == 1.0 for r in rows if r[1] == "mpi")

@@ -1,0 +1,85 @@
+"""Point to point on a ring: each rank sends to the next and receives from the
+previous, the ways a program can write it, against Open MPI's MPI_Sendrecv.
+
+    neuron-mpirun -n 8 python benchmarks/p2p.py [--bytes 8KB 8MB] [--iters 20]
+
+Per size, in one launch, each timed as a loop of ``--iters`` calls between two
+barriers (a back-to-back pipeline, as a program's exchange loop runs):
+``send+recv`` (comm.send then comm.recv), ``sendrecv`` (comm.sendrecv),
+``permute`` (the same ring as a collective) and ``mpi`` (MPI_Sendrecv on the same
+buffers, the baseline). Prints ms per call, CPU ms per call and rank (all
+threads), each method's ratio to the baseline, and whether every result was
+exact.
+"""
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import neuron_mpi as nm
+from neuron_mpi.bench.sizes import parse_size
+
+
+def cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bytes", nargs="+", default=["8KB", "8MB"])
+    ap.add_argument("--iters", type=int, default=20)
+    args = ap.parse_args(argv)
+    comm = nm.init()
+    world = MPI.COMM_WORLD
+    me, n = comm.rank, comm.size
+    nxt, prv = (me + 1) % n, (me - 1) % n
+    ring = [[i, (i + 1) % n] for i in range(n)]
+    if me == 0:
+        print(f"# ring of {n} ranks on {comm.topology.instance}: ms per call (slowest rank), "
+              "CPU ms per call and rank, ratio = ms / MPI_Sendrecv's ms")
+        print(f"# {'bytes':>10} {'method':>10} {'ms':>9} {'cpu ms':>8} {'ratio':>7}  exact")
+    bad = 0
+    for size in args.bytes:
+        nbytes = parse_size(size)
+        x = (np.arange(nbytes // 4, dtype=np.float32) + 1000 * me) % 65521
+        want = (np.arange(nbytes // 4, dtype=np.float32) + 1000 * prv) % 65521
+        out = np.empty_like(x)
+
+        def send_recv():
+            comm.send(x, nxt)
+            comm.recv(out, prv)
+
+        methods = {"mpi": lambda: world.Sendrecv(x, dest=nxt, recvbuf=out, source=prv),
+                   "send+recv": send_recv,
+                   "sendrecv": lambda: comm.sendrecv(x, nxt, out, prv),
+                   "permute": lambda: comm.permute(x, ring, out=out)}
+        rows = {}
+        for name, call in methods.items():
+            call()  # warm: plans, pages
+            out[:] = -1
+            world.Barrier()
+            t0, c0 = time.perf_counter(), cpu()
+            for _ in range(args.iters):
+                call()
+            world.Barrier()
+            ms = (time.perf_counter() - t0) / args.iters * 1e3
+            cms = (cpu() - c0) / args.iters * 1e3
+            ok = world.allreduce(int(np.array_equal(out, want)), op=MPI.MIN)
+            bad += 1 - ok
+            rows[name] = (world.allreduce(ms, op=MPI.MAX), world.allreduce(cms) / n, ok)
+        if me == 0:
+            base = rows["mpi"][0]
+            for name, (ms, cms, ok) in rows.items():
+                print(f"  {nbytes:>10} {name:>10} {ms:>9.3f} {cms:>8.3f} {ms / base:>7.2f}  "
+                      f"{'yes' if ok else 'NO'}", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -38,7 +38,7 @@ class Send:
 class Recv:
     __slots__ = ("xid", "piece", "src", "buf", "off", "count", "reduce", "total")
 
-    def __init__(self, xid, piece, src, buf, off, count, reduce, total=-1):
+    def __init__(self, xid, piece, src, buf, off, count, reduce, total):
         self.xid, self.piece, self.src = xid, piece, src
         self.buf, self.off, self.count, self.reduce = buf, off, count, reduce
         self.total = total  # bytes of the whole transfer (its sender's Send.total)
@@ -476,11 +476,18 @@ class Execution:
         took = False
         for i, r in enumerate(st.recvs):
             if flags[ns + i] == 0:
-                a = inbox.pop((self.comm_id, self.seq, r.xid, r.piece), None)
-                if a is not None:
-                    self._deliver(a, r)
-                    flags[ns + i] = 1
-                    took = True
+                key = (self.comm_id, self.seq, r.xid, r.piece)
+                a = inbox.get(key)
+                if a is None:
+                    continue
+                if a.total != r.total:  # as the pass checks a slot's header
+                    xs[2], xs[4] = r_lo + i, a.total
+                    self._native_status(native.SIZE)
+                    return True
+                del inbox[key]
+                self._deliver(a, r)
+                flags[ns + i] = 1
+                took = True
         return took
 
     def run(self, deadline, claim=None) -> int:
@@ -543,8 +550,9 @@ class Execution:
 
 
 class SendRecvExecution(Execution):
-    """A compiled sendrecv (sendrecv_plan). When the message from its source has
-    another size than OUT (the pass returns SIZE before copying any of it), the
+    """A compiled sendrecv or recv (sendrecv_plan). When the message from its
+    source has another size than OUT (SIZE, from the compiled pass or the inbox,
+    before any of it is copied), the
     receive is given up: the pieces of that message are taken and dropped as they
     come, the send still completes, and ``mismatch`` holds the size sent (the
     caller raises then, as recv does)."""
@@ -562,16 +570,6 @@ class SendRecvExecution(Execution):
         self._drain = [(self.comm_id, 0, rxid, p)
                        for p in range(len(pieces(sent, self.engine.piece_bytes)))]
         self._flags[len(st.sends):len(st.sends) + len(st.recvs)] = 1  # given up
-
-    def _take_from_inbox(self) -> bool:
-        if self.mismatch is None:  # pieces copied aside were not checked by the pass
-            inbox = self.engine.inbox
-            for r in self.plan.steps[0][1].recvs:
-                a = inbox.get((self.comm_id, 0, r.xid, r.piece))
-                if a is not None and a.total != r.total:
-                    self._give_up(a.total)
-                    return True
-        return super()._take_from_inbox()
 
     def _native_status(self, status) -> bool:
         if status == native.SIZE and self.mismatch is None:

@@ -44,7 +44,6 @@ KEY_SHIFT = 20  # a piece's lookup key: xid << 20 | piece
 # whether the receiver may read the piece from the sender's buffer (its final
 # destination in this domain, delivered by copy)
 SEND_COLS = 11
-STUCK_GRACE_NS = 2_000_000  # exec_run: how long a full channel may wait before it is copied aside
 RECV_COLS = 7   # buf, byte offset, bytes, xid, piece, reduce, the transfer's bytes
 
 
@@ -396,6 +395,7 @@ def any_want(seg, g):
 # round, then one per recv: 1 done; a send 2: published from this rank's buffer, not
 # read yet), pend (per send of the round: the slot and generation of such a piece).
 DONE, BLOCKED, PYTHON, SIZE, TIMEOUT, MISMATCH, YIELDED, FAULT = range(8)
+STUCK_GRACE_NS = 2_000_000  # exec_run: how long a full channel waits before it is copied aside
 
 
 @njit(**JIT_OPTIONS)

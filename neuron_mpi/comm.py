@@ -571,10 +571,22 @@ class Communicator:
         seconds = _timeout_seconds(timeout)
         return seconds, (None if seconds is None else time.monotonic() + seconds)
 
-    def _p2p_tag(self, sender: int, n: int) -> tuple[int, int, int]:
-        """The key prefix (communicator, call 0, transfer) of message ``n`` from member
-        ``sender`` to one receiver; collectives' calls start at 1."""
-        return self._id, 0, sender + self.size * n
+    def _p2p_xid(self, sender: int, n: int) -> int:
+        """The transfer number of message ``n`` from member ``sender`` to one
+        receiver; its pieces' keys are (communicator, call 0, transfer, piece), and
+        collectives' calls start at 1."""
+        return sender + self.size * n
+
+    def _receive_args(self, out, src):
+        """recv's and sendrecv's ``out`` and ``src``, checked; (out, src, flat,
+        staging): ``out`` as bytes when contiguous (else None) and where the
+        bytes land (``out`` itself, or a buffer copied into it at the end)."""
+        out = V.array(out, "out")
+        src = V.rank(src, self.size, "src")
+        if not out.flags.writeable:
+            raise InvalidArgumentError("out: expected a writeable array, got a read-only array")
+        flat = out.reshape(-1).view(np.uint8) if out.flags.c_contiguous else None
+        return out, src, flat, (flat if flat is not None else np.empty(out.nbytes, np.uint8))
 
     def _recv_timeout(self, n: int, src: int, seconds) -> CollectiveTimeoutError:
         path = self.topology.route(self._ranks[src], self.world_rank)
@@ -613,7 +625,7 @@ class Communicator:
         def posted():
             if not waiting:
                 for p, (o, ln) in enumerate(pieces(payload.size, per)):
-                    w = eng.send(self._p2p_tag(self.rank, n) + (p,), to, payload[o:o + ln],
+                    w = eng.send((self._id, 0, self._p2p_xid(self.rank, n), p), to, payload[o:o + ln],
                                  payload.size)
                     if w is not None:
                         waiting.append(w)
@@ -640,19 +652,14 @@ class Communicator:
     def recv(self, out, src, timeout=None):
         """Receive the next message from ``src`` into ``out`` (exactly its size)."""
         self._ensure_usable()
-        out = V.array(out, "out")
-        src = V.rank(src, self.size, "src")
-        if not out.flags.writeable:
-            raise InvalidArgumentError("out: expected a writeable array, got a read-only array")
+        out, src, flat, staging = self._receive_args(out, src)
         seconds, deadline = self._p2p_deadline(timeout)
-        if self._p2p_compiled(None, None, out, src, seconds, deadline):
+        if self._p2p_compiled(None, None, out, src, flat, staging, seconds, deadline):
             return out
         n = self._p2p_recv.get(src, 0)
         eng = self._engine
         per = eng.piece_bytes
-        tag = self._p2p_tag(src, n)
-        flat = out.reshape(-1).view(np.uint8) if out.flags.c_contiguous else None
-        staging = flat if flat is not None else np.empty(out.nbytes, np.uint8)
+        tag = (self._id, 0, self._p2p_xid(src, n))
         state = {"total": None, "next": 0, "todo": None}
 
         def arrived():
@@ -703,12 +710,9 @@ class Communicator:
         self._ensure_usable()
         x = V.array(x)
         dst = V.rank(dst, self.size, "dst")
-        out = V.array(out, "out")
-        src = V.rank(src, self.size, "src")
-        if not out.flags.writeable:
-            raise InvalidArgumentError("out: expected a writeable array, got a read-only array")
+        out, src, flat, staging = self._receive_args(out, src)
         seconds, deadline = self._p2p_deadline(timeout)
-        if not self._p2p_compiled(x, dst, out, src, seconds, deadline):
+        if not self._p2p_compiled(x, dst, out, src, flat, staging, seconds, deadline):
             try:  # a peer across domains, or no shared memory: send, then receive
                 self.send(x, dst, seconds or 0)
                 self.recv(out, src, 0 if deadline is None else
@@ -719,7 +723,7 @@ class Communicator:
                     f"{e}") from e
         return out
 
-    def _p2p_compiled(self, x, dst, out, src, seconds, deadline) -> bool:
+    def _p2p_compiled(self, x, dst, out, src, flat, staging, seconds, deadline) -> bool:
         """recv (``x`` None) or sendrecv as one compiled round: False, having done
         nothing, where that cannot run (a peer outside this shared-memory domain)."""
         eng = self._engine
@@ -727,7 +731,7 @@ class Communicator:
             return False
         nsend = -1 if x is None else x.nbytes
         ns, nr = self._p2p_sent.get(dst, 0), self._p2p_recv.get(src, 0)
-        sxid, rxid = self._p2p_tag(self.rank, ns)[2], self._p2p_tag(src, nr)[2]
+        sxid, rxid = self._p2p_xid(self.rank, ns), self._p2p_xid(src, nr)
         key = ("p2p", dst, nsend, src, out.nbytes)
         plan = self._plans.get(key)
         if plan is None:
@@ -742,8 +746,6 @@ class Communicator:
             return False
         payload = np.empty(0, np.uint8) if x is None else \
             np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-        flat = out.reshape(-1).view(np.uint8) if out.flags.c_contiguous else None
-        staging = flat if flat is not None else np.empty(out.nbytes, np.uint8)
         if payload.size and np.may_share_memory(payload, staging):
             payload = payload.copy()  # the same memory both ways: send what it held
         op = "recv" if x is None else "sendrecv"

@@ -169,6 +169,22 @@ def _bytes(a: np.ndarray) -> np.ndarray:
     return a.view(np.uint8)
 
 
+def _named(source):
+    """A receive's source: a rank (MPI.ANY_SOURCE is not emulated)."""
+    if source == _MPI.ANY_SOURCE:
+        raise NotImplementedError(
+            "source: MPI.ANY_SOURCE is not emulated (receive from a named rank)")
+    return source
+
+
+def _set_status(status, source, tag, nbytes: int) -> None:
+    """Fill an mpi4py MPI.Status (if one was given) for a completed receive."""
+    if status is not None:
+        status.Set_source(source)
+        status.Set_tag(0 if tag == _MPI.ANY_TAG else tag)
+        status.Set_elements(_MPI.BYTE, nbytes)
+
+
 def _carried(dt: np.dtype) -> bool:
     try:
         kernels.canonical_dtype(dt)
@@ -549,27 +565,17 @@ class Comm:
     Ssend = Send
 
     def Recv(self, buf, source=0, tag=_MPI.ANY_TAG, status=None) -> None:
-        if source == _MPI.ANY_SOURCE:
-            raise NotImplementedError(
-                "source: MPI.ANY_SOURCE is not emulated (receive from a named rank)")
+        source = _named(source)
         out = _Msg(buf, "buf").elems()
         self._c.recv(_bytes(out), source)
-        if status is not None:  # an mpi4py MPI.Status
-            status.Set_source(source)
-            status.Set_tag(0 if tag == _MPI.ANY_TAG else tag)
-            status.Set_elements(_MPI.BYTE, out.nbytes)
+        _set_status(status, source, tag, out.nbytes)
 
     def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=0,
                  recvtag=_MPI.ANY_TAG, status=None) -> None:
-        if source == _MPI.ANY_SOURCE:
-            raise NotImplementedError(
-                "source: MPI.ANY_SOURCE is not emulated (receive from a named rank)")
+        source = _named(source)
         out = _Msg(recvbuf, "recvbuf").elems()
         self._c.sendrecv(_bytes(_Msg(sendbuf, "sendbuf").elems()), dest, _bytes(out), source)
-        if status is not None:
-            status.Set_source(source)
-            status.Set_tag(0 if recvtag == _MPI.ANY_TAG else recvtag)
-            status.Set_elements(_MPI.BYTE, out.nbytes)
+        _set_status(status, source, recvtag, out.nbytes)
 
     def Isend(self, buf, dest, tag=0) -> Request:
         self.Send(buf, dest, tag)
@@ -578,9 +584,7 @@ class Comm:
     Issend = Isend
 
     def Irecv(self, buf, source=0, tag=_MPI.ANY_TAG) -> Request:
-        if source == _MPI.ANY_SOURCE:
-            raise NotImplementedError(
-                "source: MPI.ANY_SOURCE is not emulated (receive from a named rank)")
+        source = _named(source)
         msg = _Msg(buf, "buf")  # checked now
         return Request(lambda: self._c.recv(_bytes(msg.elems()), source))
 

@@ -305,15 +305,20 @@ def test_broadcast_every_root(comm):
 
 
 # --- point to point and barrier ------------------------------------------------------------
+def _peers(comm, kind):
+    """(dst, src): "shift" the next and the previous rank, "mirror" rank n - 1 - me."""
+    n, me = comm.size, comm.rank
+    if kind == "shift":
+        return (me + 1) % n, (me - 1) % n
+    return n - 1 - me, n - 1 - me
+
+
 @pytest.mark.parametrize("kind", ["shift", "mirror"])
 def test_send_recv(comm, kind):
     """Every rank sends first, then receives (sends must not need the receiver to
     be receiving); "mirror" pairs far-apart ranks, so messages are forwarded."""
     n, me = comm.size, comm.rank
-    if kind == "shift":
-        dst, src = (me + 1) % n, (me - 1) % n
-    else:
-        dst = src = n - 1 - me
+    dst, src = _peers(comm, kind)
     names = DTYPE_NAMES if FULL or kind == "shift" else DTYPE_NAMES[:2]
     errors = []
     for dn in names:
@@ -347,10 +352,7 @@ def test_sendrecv(comm, kind):
     read from the sender's buffer), empty, and a non-contiguous out; called twice
     with the same shapes (its plan is kept and renumbered)."""
     n, me = comm.size, comm.rank
-    if kind == "shift":
-        dst, src = (me + 1) % n, (me - 1) % n
-    else:
-        dst = src = n - 1 - me
+    dst, src = _peers(comm, kind)
     for dn in (DTYPE_NAMES if FULL else DTYPE_NAMES[:3]):
         dt = DTYPES[dn]
         t = table(seed_of("sendrecv", kind, dn, n), n, 6, dt).reshape(n, 3, 2)

@@ -598,7 +598,7 @@ def make_engine(world: MPI.Comm, topo) -> Engine:
         dom.Allgather(np.array([rank], np.int64), members)
         if dom.Get_size() > 1:
             seg = Segment(dom, members.tolist(), topo.size, slots, piece)
-            shm = ShmTransport(seg, rank)
+            shm = ShmTransport(seg, rank, env.shm_spin())
             _load_data_plane(dom)
             if anyone_reads and _can_read_each_other(dom) and read_kib:
                 shm.enable_reads(read_kib * 1024)

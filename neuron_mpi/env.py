@@ -35,6 +35,7 @@ VARIABLES = {
     "NEURON_MPI_SHM_SLOTS": "shm_slots()",
     "NEURON_MPI_SHM_SLOT_KIB": "shm_slot_kib()",
     "NEURON_MPI_SHM_READ_KIB": "shm_read_kib()",
+    "NEURON_MPI_SHM_SPIN": "shm_spin()",
     "NEURON_MPI_TRACE": "trace_dir()",
     "NEURON_MPI_TRACE_DIR": "recorder_dir()",
     "NEURON_MPI_TRACE_DEPTH": "recorder_depth()",
@@ -90,6 +91,13 @@ def _int(name: str, positive: bool, error=InvalidArgumentError) -> int | None:
 
 def _positive_int(name: str, default: int) -> int:
     n = _int(name, True)
+    return default if n is None else n
+
+
+def _nonnegative_int(name: str, default: int) -> int:
+    n = _int(name, False)
+    if n is not None and n < 0:
+        raise InvalidArgumentError(f"{name}: expected an integer >= 0, got {_raw(name)!r}")
     return default if n is None else n
 
 
@@ -179,11 +187,14 @@ def shm_read_kib() -> int:
     """NEURON_MPI_SHM_READ_KIB: pieces of at least this many KiB that the receiver
     copies (not reduces) it reads straight from the sender's buffer, one copy
     instead of two through a slot (process_vm_readv); 0: never (default 64)."""
-    name = "NEURON_MPI_SHM_READ_KIB"
-    n = _int(name, False)
-    if n is not None and n < 0:
-        raise InvalidArgumentError(f"{name}: expected an integer >= 0, got {_raw(name)!r}")
-    return 64 if n is None else n
+    return _nonnegative_int("NEURON_MPI_SHM_READ_KIB", 64)
+
+
+def shm_spin() -> int:
+    """NEURON_MPI_SHM_SPIN: how many times a waiting compiled run yields the CPU
+    (sched_yield) and looks at its doorbell again before it sleeps on it; a piece
+    that comes meanwhile costs no futex wake-up; 0: sleep at once (default 64)."""
+    return _nonnegative_int("NEURON_MPI_SHM_SPIN", 64)
 
 
 # --- what is recorded -------------------------------------------------------------------

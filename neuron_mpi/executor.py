@@ -604,7 +604,7 @@ class SendRecvExecution(Execution):
 
 
 _NO_CLAIM = np.zeros(1, np.int32)  # a caller's own run: nobody takes the engine from it
-_NO_BOARD = (np.zeros(1, np.int32), np.zeros((1, 16), np.int64), 0, 0, np.zeros(1, np.int64), 0,
+_NO_BOARD = (np.zeros(2, np.int32), np.zeros((1, 16), np.int64), 0, 0, np.zeros(1, np.int64), 0,
              np.zeros(0, np.int64))
 
 

@@ -392,3 +392,73 @@ def test_the_python_path_reads_a_piece_left_in_the_senders_buffer():
     assert native.read_slot(seg, b[1], slot, out, 0, 700) == 0
     assert np.array_equal(out, a[13])
     assert native.exec_pass(*a)[0] == native.DONE
+
+
+def _spinning_run(spin):
+    """A compiled run with ``spin`` yields before it sleeps, waiting in a thread for
+    a piece that never comes; returns (thread, the run's control words, result)."""
+    import threading
+
+    seg, g, args = _waiting_run()
+    claim = np.zeros(1, np.int32)
+    soon = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + 1_000_000
+    assert native.exec_run(*args, claim, soon) == native.TIMEOUT  # compiled by now
+    g[native.G_SPIN] = spin
+    ctl = seg[g[native.G_CTL]:g[native.G_CTL] + 16 * 4].view(np.int32)
+    got = []
+    t = threading.Thread(target=lambda: got.append(native.exec_run(*args, claim, -1)))
+    t.start()
+    time.sleep(0.3)
+    return t, ctl, got, lambda: (claim.__setitem__(0, 1), native.ring(seg, g, 0, 0))
+
+
+@pytest.mark.parametrize("spin", [0, 64, 10 ** 12])
+def test_a_waiting_run_yields_a_bounded_number_of_times_before_it_sleeps(spin):
+    """g[G_SPIN]: a waiting run yields the CPU and looks again that many times
+    before it sleeps on its doorbell (control word 4 counts it asleep): 0 sleeps at
+    once, 64 soon, and a practically endless spin is still yielding after 0.3 s;
+    a claim ends it either way."""
+    t, ctl, got, claim = _spinning_run(spin)
+    try:
+        assert t.is_alive() and not got
+        assert ctl[native.CTL_COUNTING] == (0 if spin == 10 ** 12 else 1)
+    finally:
+        claim()
+        t.join(5)
+    assert got == [native.YIELDED]
+
+
+@pytest.mark.parametrize("last", ["python", "compiled"])
+def test_the_last_arrival_wakes_a_python_sleeper_on_the_board(last):
+    """The Python path sleeps on an agreement board's counter, counted in the word
+    beside it; the member that completes the count (Python's arrive or the compiled
+    agreement) wakes it, and only then makes that futex call."""
+    import threading
+    import types
+
+    from neuron_mpi.transport.segment import Board, Layout
+
+    lay = Layout(2, 2, 2, 64)
+    seg8 = np.zeros(lay.total, np.uint8)
+    fake = types.SimpleNamespace(layout=lay, buf=seg8)
+    rung = []
+    bells = np.array([0, 1], np.int64)
+    me, peer = Board(fake, 0, bells, rung.append), Board(fake, 0, bells, rung.append)
+    row = np.arange(3, dtype=np.int64)
+    target = me.arrive(0, 0, row)
+    got = []
+    t = threading.Thread(target=lambda: got.append(me.wait(0, target, 10.0)))
+    t.start()
+    time.sleep(0.2)
+    counter = me.counters[0]
+    assert t.is_alive() and counter[1] == 1  # asleep, and counted
+    if last == "python":
+        peer.arrive(0, 1, row)
+    else:
+        g = native.geometry(lay, 1, 1)
+        xs = np.zeros(6, np.int64)
+        xs[3] = 1
+        assert native._agreement(seg8, g, xs, counter, peer.tables[0], 1, 2, row, target,
+                                 bells) == native.DONE
+    t.join(5)
+    assert got == [True] and counter[1] == 0

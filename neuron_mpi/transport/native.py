@@ -32,9 +32,9 @@ if SUPPORTED:
     _llvm.initialize_native_asmparser()
 
 GEOMETRY = ("L", "K", "S", "N", "me", "me_world", "ctl", "state", "want", "hdr", "ledger",
-            "data", "pid", "pull")
+            "data", "pid", "pull", "spin")
 (G_L, G_K, G_S, G_N, G_ME, G_MEW, G_CTL, G_STATE, G_WANT, G_HDR, G_LEDGER, G_DATA, G_PID,
- G_PULL) = range(len(GEOMETRY))
+ G_PULL, G_SPIN) = range(len(GEOMETRY))
 HDR_WORDS = 16
 # header words 8 and 9 of a piece left in its sender's memory: the address and the pid
 # the receiver reads it from (process_vm_readv); word 8 is 0 for a piece in its slot
@@ -411,7 +411,8 @@ def _agreement(seg, g, xs, counter, table, member, size, fp, target, bells):
             table[member, f] = fp[f] if f < w else 0
         old = _fetch_add(counter, 0, 1)
         if old + 1 == target:
-            _syscall3(202, counter.ctypes.data, 1, 0x7FFFFFFF)  # futex(FUTEX_WAKE)
+            if _load(counter, 1) > 0:  # the Python path's sleepers (segment.Board)
+                _syscall3(202, counter.ctypes.data, 1, 0x7FFFFFFF)  # futex(FUTEX_WAKE)
             ring_many(seg, g, bells)
         xs[3] = 2
     if _load(counter, 0) - target < 0:
@@ -634,12 +635,16 @@ def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, loc
     divide, or a sender waits for room that only copying pieces aside can give), or
     YIELDED: ``claim[0]`` became non-zero (another thread of this process wants the
     engine: it raises the word, then rings the doorbell) while the run was blocked,
-    or exec_pass's FAULT."""
+    or exec_pass's FAULT. Before it sleeps it yields the CPU (sched_yield) and looks
+    at the doorbell again, up to g[G_SPIN] times since it last moved anything: a ring
+    that comes meanwhile costs neither the ringer's futex wake nor this thread's
+    sleep and wake-up."""
     ctl = _ctl(seg, g)
     bi = g[G_ME] * 16
     ts = np.zeros(2, np.int64)
     scratch = np.empty(g[G_K], np.int64)
     graced = False
+    spins = 0
     while True:
         seen = _load(ctl, bi)
         status, moved = exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys,
@@ -651,6 +656,12 @@ def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, loc
             return YIELDED
         if moved:
             graced = False
+            spins = 0
+            continue
+        while spins < g[G_SPIN] and _load(ctl, bi) == seen and _load(claim, 0) == 0:
+            spins += 1
+            _syscall3(24, 0, 0, 0)  # sched_yield
+        if _load(ctl, bi) != seen or _load(claim, 0) != 0:
             continue
         grace = False
         if xs[3] == 0 and stuck(seg, g, scratch) > 0:
@@ -712,7 +723,7 @@ def warm() -> int:
     locs[0, 0] = 1  # a reduce of 0 bytes
     xs = np.zeros(6, np.int64)
     args = (seg, g, gen, steps, np.zeros((0, 4), np.int64), z, charges, r, k, k, locs, xs,
-            np.zeros(1, np.uint8), b, b, b, 0, 0, 0, np.zeros(1, np.int32),
+            np.zeros(1, np.uint8), b, b, b, 0, 0, 0, np.zeros(2, np.int32),
             np.zeros((1, 16), np.int64), 0, 1, np.zeros(9, np.int64), 0, np.zeros(1, np.int64),
             np.zeros((1, 2), np.int64))
     exec_pass(*args)
@@ -724,9 +735,10 @@ def warm() -> int:
     return 12
 
 
-def geometry(layout, me: int, me_world: int, pid: int = 0) -> np.ndarray:
+def geometry(layout, me: int, me_world: int, pid: int = 0, spin: int = 0) -> np.ndarray:
     """The geometry vector; its "pull" entry (0: off) is set by the transport once
-    the domain has agreed that its ranks can read each other's memory."""
+    the domain has agreed that its ranks can read each other's memory; "spin": how
+    many times a compiled run yields the CPU and looks again before it sleeps."""
     return np.array([layout.L, layout.K, layout.S, layout.N, me, me_world, layout.ctl,
                      layout.state, layout.want, layout.hdr, layout.ledger, layout.data,
-                     pid, 0], np.int64)
+                     pid, 0, spin], np.int64)

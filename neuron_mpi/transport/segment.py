@@ -106,9 +106,9 @@ class Board:
     """An agreement board of one communicator whose members share the segment:
     every member writes its fingerprint in its row of the parity ``seq % 2`` table
     and adds one to that parity's arrival counter; the member whose add completes
-    the count wakes the others: a futex wake on the counter (where the Python path
-    waits) and a ring of every member's doorbell (where compiled runs and the
-    engine's waiters sleep). Two parities suffice:
+    the count wakes the others: a futex wake on the counter if the Python path
+    sleeps there (its sleepers are counted beside it) and a ring of every member's
+    doorbell (where compiled runs and the engine's waiters sleep). Two parities suffice:
     a member writes call seq+2 only after every member arrived at seq+1, that is
     after every member has read the table of seq."""
 
@@ -119,7 +119,8 @@ class Board:
         self.size = len(bells)
         self.bells = bells  # the members' local indices: their doorbells
         self._ring_many = ring_many
-        self.counters = [_arr(seg.buf, base + 64 * (1 + p), np.int32, 1) for p in (0, 1)]
+        # per parity: [0] the arrivals, [1] the Python path's sleepers on them
+        self.counters = [_arr(seg.buf, base + 64 * (1 + p), np.int32, 2) for p in (0, 1)]
         self.tables = [_arr(seg.buf, base + 192 + p * lay.L * FP_WORDS * 8, np.int64,
                             lay.L * FP_WORDS).reshape(lay.L, FP_WORDS) for p in (0, 1)]
         self.uses = [0, 0]  # this member's completed agreements per parity
@@ -130,9 +131,11 @@ class Board:
         t[member, :row.size] = row
         t[member, row.size:] = 0
         target = self.size * (self.uses[parity] + 1)
-        old = A.fetch_add(self.counters[parity], 0, 1)
+        c = self.counters[parity]
+        old = A.fetch_add(c, 0, 1)
         if old + 1 == target:
-            futex.wake(self.counters[parity].ctypes.data)
+            if A.load(c, 1) > 0:
+                futex.wake(c.ctypes.data)
             self._ring_many(self.bells)
         return target
 
@@ -142,10 +145,14 @@ class Board:
     def wait(self, parity: int, target: int, timeout: float | None) -> bool:
         """Sleep until every member arrived (True) or ``timeout`` passed (False)."""
         c = self.counters[parity]
-        v = int(A.load(c, 0))
-        if v - target >= 0:
-            return True
-        futex.wait(c.ctypes.data, v, timeout)
+        A.fetch_add(c, 1, 1)
+        try:
+            v = int(A.load(c, 0))
+            if v - target >= 0:
+                return True
+            futex.wait(c.ctypes.data, v, timeout)
+        finally:
+            A.fetch_add(c, 1, -1)
         return self.ready(parity, target)
 
     def done(self, parity: int) -> None:

@@ -36,7 +36,7 @@ from .segment import CTL_STRIDE, HDR_WORDS, N_BOARDS, Board
 class ShmTransport:
     name = "shm"
 
-    def __init__(self, segment, me_world: int):
+    def __init__(self, segment, me_world: int, spin: int = 0):
         seg = self.seg = segment
         self.members = seg.members
         self.local = {w: i for i, w in enumerate(seg.members)}
@@ -45,7 +45,7 @@ class ShmTransport:
         self.K = seg.layout.K
         self.S = seg.layout.S
         self.seg8 = np.frombuffer(seg.buf, np.uint8)
-        self.g = native.geometry(seg.layout, self.me, me_world, os.getpid())
+        self.g = native.geometry(seg.layout, self.me, me_world, os.getpid(), spin)
         self.gen = np.zeros(1, np.int64)
         self._scratch = np.empty(self.L * self.K, np.int64)
         self._none = np.zeros(0, np.int64)

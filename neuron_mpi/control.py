@@ -71,14 +71,14 @@ class Control:
 
     def board_agreement(self, fp: np.ndarray, op: str, seq: int, deadline=None,
                         expired=None):
-        """The agreement on ``fp`` as a step of a compiled execution (see
-        BoardAgreement), or None when this communicator has no board. The caller
-        sets its ``execution``."""
+        """The agreement on ``fp`` (agree.fingerprint's int64 vector) as a step of
+        a compiled execution (see BoardAgreement), or None when this communicator
+        has no board. The caller sets its ``execution``."""
         b = self._board
         if b is None or fp.size > FP_WORDS:
             return None
         self.settle(deadline, expired)
-        self._open = BoardAgreement(self, b, np.ascontiguousarray(fp, np.int64), op, seq)
+        self._open = BoardAgreement(self, b, fp, op, seq)
         return self._open
 
     def settle(self, deadline, expired) -> None:

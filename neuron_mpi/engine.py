@@ -21,7 +21,6 @@ not ring) the sleeps are short polls with backoff.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import threading
@@ -92,6 +91,24 @@ def _private_bell() -> Bell:
     return Bell(np.zeros(16, np.int32), 0)
 
 
+class _Held:
+    """``with engine.held():`` (a class, not a generator: every call enters it)."""
+
+    __slots__ = ("engine",)
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def __enter__(self):
+        self.engine._claim()
+
+    def __exit__(self, *exc):
+        eng = self.engine
+        eng.lock.release()
+        if not eng.driving and eng.background():
+            eng.agent.poke()
+
+
 class Engine:
     def __init__(self, comm: MPI.Comm, topo, piece_bytes: int, shm=None, mpi=None):
         self.comm = comm
@@ -126,6 +143,7 @@ class Engine:
         # agent's compiled run, asleep on that doorbell, hands over (see held())
         self.claim = np.zeros(1, np.int32)
         self.driving = 0  # callers inside drive()
+        self._held = _Held(self)
         self.closed = False
         self.threaded = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
         # the exit barrier runs on its own communicator: a rank that leaves early must
@@ -317,13 +335,15 @@ class Engine:
             self.bell.sleep(seen, self._pause(pause, deadline))
             pause = min(pause * 2, POLL_MAX)
 
-    @contextlib.contextmanager
-    def held(self):
+    def held(self) -> "_Held":
         """The engine's lock, taken from the agent at once: a compiled run of the
         agent sleeps on the doorbell with no deadline, so the claim word asks it to
         return (YIELDED) and the ring wakes it (only when the lock is taken). The
         agent waits while the word is raised, and is poked when the lock is free
         again (by drive() itself when a caller drives)."""
+        return self._held
+
+    def _claim(self) -> None:
         if not self.lock.acquire(blocking=False):
             A.fetch_add(self.claim, 0, 1)
             try:
@@ -331,12 +351,6 @@ class Engine:
                 self.lock.acquire()
             finally:
                 A.fetch_add(self.claim, 0, -1)
-        try:
-            yield
-        finally:
-            self.lock.release()
-            if not self.driving and self.background():
-                self.agent.poke()
 
     def background(self) -> bool:
         """Work the agent must do while no caller drives: executions in flight,

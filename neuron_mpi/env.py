@@ -48,8 +48,25 @@ LAUNCHER_RANK = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MPI_LOCALRANK
 LAUNCHER_MARKS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MV2_COMM_WORLD_SIZE")
 
 
+# os.environ keeps the process's variables in ``_data``, encoded on POSIX. Looking a
+# pre-encoded name up there takes 0.15 us where ``os.environ.get`` of a variable that
+# is not set takes 0.7 (it encodes the key and catches a KeyError); every call reads
+# three such variables
+_ENV_DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
+_ENCODED: dict[str, bytes] = {}
+
+
 def _raw(name: str) -> str | None:
-    v = os.environ.get(name)
+    if _ENV_DATA is not None and getattr(os.environ, "_data", None) is _ENV_DATA:
+        key = _ENCODED.get(name)
+        if key is None:
+            key = _ENCODED[name] = os.fsencode(name)
+        v = _ENV_DATA.get(key)
+        if v is None:
+            return None
+        v = os.fsdecode(v)
+    else:
+        v = os.environ.get(name)
     if v is None or not v.strip():
         return None
     return v.strip()

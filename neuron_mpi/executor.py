@@ -45,7 +45,6 @@ class Recv:
 
 
 _BUF_ID = {IN: 0, OUT: 1, TMP: 2}
-_BUF_NAME = (IN, OUT, TMP)
 
 
 class RoundStep:
@@ -382,7 +381,8 @@ class Execution:
         if self._nargs is None:
             shm = self.engine.shm
             np_ = self.plan.native
-            b0, b1, b2 = (self._bytes(self.bufs[b]) for b in _BUF_NAME)
+            bufs, by = self.bufs, self._bytes
+            b0, b1, b2 = by(bufs[IN]), by(bufs[OUT]), by(bufs[TMP])
             self._xs = np.zeros(6, np.int64)
             self._flags = np.zeros(np_.max_flags, np.uint8)
             self._pend = np.zeros((np_.max_flags, 2), np.int64)
@@ -511,7 +511,7 @@ class Execution:
     def _bytes(a: np.ndarray) -> np.ndarray:
         if not a.flags.writeable:
             a = a.copy()
-        return a.reshape(-1).view(np.uint8)
+        return (a if a.ndim == 1 else a.reshape(-1)).view(np.uint8)
 
     def _deliver(self, a, r: Recv) -> None:
         data = a.data

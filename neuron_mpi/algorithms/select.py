@@ -48,7 +48,7 @@ def choose(op: str, view, algorithm=None, nbytes: int | None = None) -> str:
     """The algorithm to run: forced (argument, else NEURON_MPI_ALGO) or default."""
     forced = algorithm if algorithm is not None else env.algorithm()
     if forced is None:
-        return default_algorithm(op, view, nbytes)
+        return _explain(op, view, nbytes)[0]
     source = "algorithm" if algorithm is not None else "NEURON_MPI_ALGO"
     algo = registry.get(forced)
     if algo is None:

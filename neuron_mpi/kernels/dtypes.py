@@ -47,6 +47,9 @@ def _unsupported(x, why: str = "") -> ValueError:
         f"(aliases include fp8, float, half, bfloat16, double, int)")
 
 
+_KNOWN: dict = {}  # numpy dtypes already accepted -> their canonical dtype
+
+
 def canonical_dtype(x) -> np.dtype:
     """The numpy dtype of one of the supported types, from any spelling.
 
@@ -55,7 +58,11 @@ def canonical_dtype(x) -> np.dtype:
     one of the nccom-test / nccl-tests aliases (case-insensitive).  Raises
     ValueError naming the dtype and listing the supported ones otherwise.
     """
-    if isinstance(x, str):
+    if isinstance(x, np.dtype):
+        known = _KNOWN.get(x)  # every call checks its array's dtype: skip the loop
+        if known is not None:
+            return known
+    elif isinstance(x, str):
         name = _ALIASES.get(x.strip().lower())
         if name is not None:
             return DTYPES[name]
@@ -68,6 +75,8 @@ def canonical_dtype(x) -> np.dtype:
     # dtype equality, not identity: '>f4' (big-endian) is not float32 here
     for supported in DTYPES.values():
         if dt == supported:
+            if isinstance(x, np.dtype):
+                _KNOWN[x] = supported
             return supported
     if not dt.isnative:
         raise _unsupported(x, "byte order is not native")

@@ -89,6 +89,24 @@ def test_timeout_argument_wins(monkeypatch):
         env.timeout_seconds("soon")
 
 
+def test_values_are_read_at_every_call_whatever_holds_the_environment(monkeypatch):
+    """The readers look names up in os.environ's own dict (a faster path), so a
+    value set, changed or removed after import is seen at the next call, non-ASCII
+    values decode as os.environ gives them, and an os.environ replaced by another
+    mapping is still what is read."""
+    import os
+
+    monkeypatch.setenv("NEURON_MPI_TRACE", "/tmp/één")
+    assert env.trace_dir() == "/tmp/één"
+    monkeypatch.setenv("NEURON_MPI_TRACE", "/tmp/other")
+    assert env.trace_dir() == "/tmp/other"
+    monkeypatch.delenv("NEURON_MPI_TRACE")
+    assert env.trace_dir() is None
+    monkeypatch.setattr(os, "environ", {"NEURON_MPI_ALGO": "ring"})
+    assert env.algorithm() == "ring"
+    assert env.trace_dir() is None
+
+
 def test_topology_reads_the_environment(monkeypatch):
     from neuron_mpi.topology import resolve
 

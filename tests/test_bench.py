@@ -4,6 +4,7 @@ benchmark under neuron-mpirun (plus one with a deliberately corrupted result).""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -339,3 +340,22 @@ def test_p2p_benchmark_runs_every_method_exactly():
         (b, m) for b in ("4096", "307200") for m in ("mpi", "send+recv", "sendrecv", "permute")]
     assert all(r[-1] == "yes" for r in rows)
     assert all(float(r[4]) == 1.0 for r in rows if r[1] == "mpi")
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_to_all"])
+def test_call_cost_benchmark_checks_and_reports(op):
+    """benchmarks/call_cost.py on 8 ranks: both loops timed, the compiled run's share
+    within the wall, the ratio of the two walls, every result exact, exit 0."""
+    res = _launch(["--op", op, "--calls", "30", "--split"],
+                  program=[sys.executable, str(ROOT / "benchmarks" / "call_cost.py")])
+    assert res.returncode == 0, res.stdout + res.stderr
+    line = {ln.split(":")[0].strip(): ln for ln in res.stdout.splitlines() if ":" in ln}
+    ours = re.search(r"([\d.]+) us per call, CPU ([\d.]+) us per call and rank; ([\d.]+) us "
+                     r"of the wall inside", line["neuron_mpi"])
+    mpi = re.search(r"([\d.]+) us per call, CPU ([\d.]+)", line["MPI"])
+    wall, cpu, inside = map(float, ours.groups())
+    assert 0 < inside <= wall and cpu > 0
+    ratio = float(re.search(r"ratio\s*: ([\d.]+)", res.stdout).group(1))
+    assert ratio == pytest.approx(wall / float(mpi.group(1)), rel=0.02, abs=0.01)
+    assert "results exact: yes" in res.stdout
+    assert f"# {op} of 8KB on 8 ranks" in res.stdout

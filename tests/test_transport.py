@@ -196,6 +196,41 @@ def test_a_full_channel_is_copied_aside_only_after_a_grace():
     assert time.monotonic() - t0 >= native.STUCK_GRACE_NS / 1e9 * 0.9
 
 
+def test_rings_that_move_nothing_do_not_end_the_grace():
+    """The waiting sender rings the receiver each time it finds no room; those rings
+    wake the run but move nothing, and the grace is a time from the first stuck
+    look, not one sleep: PYTHON still comes only after STUCK_GRACE_NS. The agent
+    gives the program's next call the same time (engine.STUCK_GRACE_S)."""
+    import threading
+
+    from neuron_mpi import engine
+
+    assert engine.STUCK_GRACE_S * 1e9 == native.STUCK_GRACE_NS
+    seg, g, args = _waiting_run()
+    L, K = int(g[native.G_L]), int(g[native.G_K])
+    state = seg[g[native.G_STATE]:g[native.G_STATE] + L * L * K * 8].view(np.int64)
+    want = seg[g[native.G_WANT]:g[native.G_WANT] + L * L * 4].view(np.int32)
+    state[(0 * L + 1) * K:(0 * L + 1) * K + K] = 5
+    want[0 * L + 1] = 1
+    stop = threading.Event()
+
+    def sender_rings():
+        while not stop.is_set():
+            native.ring(seg, g, 0, 0)
+            time.sleep(native.STUCK_GRACE_NS / 1e9 / 20)
+
+    t = threading.Thread(target=sender_rings)
+    t.start()
+    try:
+        t0 = time.monotonic()
+        deadline = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + 10_000_000_000
+        assert native.exec_run(*args, np.zeros(1, np.int32), deadline) == native.PYTHON
+        assert time.monotonic() - t0 >= native.STUCK_GRACE_NS / 1e9 * 0.9
+    finally:
+        stop.set()
+        t.join()
+
+
 def test_a_transfer_of_another_size_is_refused_before_its_bytes_move():
     """Recv column 6 holds the transfer's size; a piece whose header says another
     (a point-to-point peer sending another size) is SIZE, with the size sent in
@@ -462,3 +497,70 @@ def test_the_last_arrival_wakes_a_python_sleeper_on_the_board(last):
                                  bells) == native.DONE
     t.join(5)
     assert got == [True] and counter[1] == 0
+
+
+class _StubEngine:
+    """What Agent.run reads of an engine, with one sender waiting for room and
+    nothing in flight; ``progress`` (where the pieces would be copied aside)
+    records when it runs and clears the wait."""
+
+    def __init__(self):
+        import threading
+
+        from neuron_mpi.engine import _private_bell
+
+        self.driving = 0
+        self.drives = 0
+        self.claim = np.zeros(1, np.int32)
+        self.mpi = None
+        self.threaded = True
+        self.active, self.outq = [], []
+        self.lock = threading.Lock()
+        self.bell = _private_bell()
+        self.waiting = True
+        self.copied_at = None
+
+    def background(self):
+        return self.waiting
+
+    def solo_native(self):
+        return None
+
+    def progress(self):
+        self.copied_at = time.monotonic()
+        self.waiting = False
+        return True
+
+
+@pytest.mark.parametrize("calls_meanwhile", [False, True])
+def test_the_agent_leaves_a_waiting_sender_to_the_next_call_for_a_grace(calls_meanwhile):
+    """A sender waits for one of this rank's slots and nothing is in flight (the
+    program's blocking call just ended): the agent copies the pieces aside only
+    after STUCK_GRACE_S, counted from the program's last call (every drive()
+    restarts the grace: the next call takes the pieces from the slots itself)."""
+    from neuron_mpi.engine import STUCK_GRACE_S, Agent, _private_bell
+
+    eng = _StubEngine()
+    bell = _private_bell()
+    bell.ring()
+    bell.sleep(bell.value() + 1, 0.0)  # load the atomics and futex before timing
+    agent = Agent(eng, bell)
+    calls = [time.monotonic()]  # when the agent was started, then each call
+    agent.start()
+    try:
+        if calls_meanwhile:
+            while time.monotonic() < calls[0] + 10 * STUCK_GRACE_S:
+                calls.append(time.monotonic())
+                eng.drives += 1  # a call of the program
+                agent.poke()
+                time.sleep(STUCK_GRACE_S / 4)
+        deadline = time.monotonic() + 5
+        while eng.copied_at is None and time.monotonic() < deadline:
+            time.sleep(STUCK_GRACE_S / 4)
+        assert eng.copied_at is not None
+        last = max(t for t in calls if t <= eng.copied_at)
+        assert eng.copied_at - last >= STUCK_GRACE_S * 0.9
+    finally:
+        agent._halt = True
+        agent.poke()
+        agent.join(timeout=5)

@@ -38,7 +38,6 @@ from .transport.native import CTL_ANY, CTL_COUNTING, TIMEOUT
 CENSUS_XID = -1_000_000  # the census's pieces: transfer CENSUS_XID - member
 POLL_MIN = 5e-5  # s: first pause when an MPI transport has to be polled
 POLL_MAX = 2e-3
-STUCK_GRACE_S = 2e-3  # as transport.native.STUCK_GRACE_NS, for the agent
 
 
 class Pending:
@@ -144,7 +143,6 @@ class Engine:
         # agent's compiled run, asleep on that doorbell, hands over (see held())
         self.claim = np.zeros(1, np.int32)
         self.driving = 0  # callers inside drive()
-        self.drives = 0  # calls of drive() so far (the agent's grace, Agent.run)
         self._held = _Held(self)
         self.closed = False
         self.threaded = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
@@ -296,7 +294,6 @@ class Engine:
         flight (an async call's wait). Either runs compiled while it is the only
         work in flight."""
         self.driving += 1
-        self.drives += 1
         try:
             with self.held():
                 try:
@@ -490,26 +487,12 @@ class Agent(threading.Thread):
         eng = self.engine
         mpi_ok = eng.mpi is None or eng.threaded
         pause = POLL_MIN
-        grace = None  # (drives, time) when only a sender waiting for room was left
         try:
             while not self._halt:
                 parked = self.word.value()
                 if eng.driving or eng.claim[0] or not mpi_ok or not eng.background():
                     self.word.sleep(parked, None)
                     continue
-                if not (eng.active or eng.outq or eng.mpi is not None):
-                    # only a sender waiting for one of this rank's slots: give the
-                    # program's next call STUCK_GRACE_S to take the pieces itself
-                    # (compiled, from the slots) before copying them aside, which
-                    # costs a copy and sends that call down the Python path
-                    now = time.monotonic()
-                    if grace is None or grace[0] != eng.drives:
-                        grace = (eng.drives, now)
-                    left = grace[1] + STUCK_GRACE_S - now
-                    if left > 0:
-                        self.word.sleep(parked, left)
-                        continue
-                grace = None
                 if not eng.lock.acquire(timeout=0.05):
                     continue
                 try:

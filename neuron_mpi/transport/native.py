@@ -643,7 +643,7 @@ def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, loc
     bi = g[G_ME] * 16
     ts = np.zeros(2, np.int64)
     scratch = np.empty(g[G_K], np.int64)
-    graced = -1  # when this run found a stuck channel with nothing moved since (ns)
+    graced = False
     spins = 0
     while True:
         seen = _load(ctl, bi)
@@ -655,7 +655,7 @@ def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, loc
         if _load(claim, 0) != 0:
             return YIELDED
         if moved:
-            graced = -1
+            graced = False
             spins = 0
             continue
         while spins < g[G_SPIN] and _load(ctl, bi) == seen and _load(claim, 0) == 0:
@@ -663,26 +663,22 @@ def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, loc
             _syscall3(24, 0, 0, 0)  # sched_yield
         if _load(ctl, bi) != seen or _load(claim, 0) != 0:
             continue
-        grace = -1
+        grace = False
         if xs[3] == 0 and stuck(seg, g, scratch) > 0:
             # a full channel this run cannot empty (pieces of a later call, or of
-            # another execution): give this run STUCK_GRACE_NS to move first, as
-            # the call holding them up usually ends soon (the rings of the waiting
-            # sender do not end the grace); still stuck with nothing moved then:
-            # the caller copies them aside
-            now = _now_ns(ts)
-            if graced < 0:
-                graced = now
-            grace = graced + STUCK_GRACE_NS - now
-            if grace <= 0:
+            # another execution): wait STUCK_GRACE_NS for this run to move first, as
+            # the call holding them up usually ends soon; still stuck with nothing
+            # moved: the caller copies them aside
+            if graced:
                 return PYTHON
+            graced = grace = True
         wait = -1
         if deadline_ns >= 0:
             wait = deadline_ns - _now_ns(ts)
             if wait <= 0:
                 return TIMEOUT
-        if grace > 0 and (wait < 0 or wait > grace):
-            wait = grace
+        if grace and (wait < 0 or wait > STUCK_GRACE_NS):
+            wait = STUCK_GRACE_NS
         if wait >= 0:
             ts[0] = wait // 1000000000
             ts[1] = wait % 1000000000

@@ -34,7 +34,7 @@ from .control import Control
 from .engine import make_engine
 from .errors import (CollectiveTimeoutError, CommunicatorFailedError,
                      InvalidArgumentError, NeuronMPIError, TopologyError, arg_error)
-from .executor import (Execution, Plan, SendRecvExecution, make_buffers, pieces,
+from .executor import (Execution, Plan, Scratch, SendRecvExecution, make_buffers, pieces,
                        retag_sendrecv, sendrecv_plan)
 from .kernels import dtype_name
 from .recorder import FlightRecorder
@@ -107,6 +107,34 @@ def _child_id(parent: int, nsplit: int, index: int) -> int:
     return int.from_bytes(h, "little") & ((1 << 62) - 1)
 
 
+_REDUCING = frozenset(("all_reduce", "reduce_scatter", "reduce_scatter_v", "reduce", "scan",
+                       "exscan"))
+_ROOTED = frozenset(("broadcast", "reduce", "gather", "scatter"))
+
+
+class _Shape:
+    """What every call of one shape on a communicator shares, worked out once (a
+    small blocking call spends more on this than on its data): the algorithm, the
+    plan, the fingerprint (its call number is set per call), and the compiled
+    run's scratch for blocking calls (``executor.Scratch``)."""
+
+    __slots__ = ("algo", "plan", "nbytes", "count", "dtype_str", "fp", "scratch")
+
+    def __init__(self, comm, op, algorithm, sizes, x, out_shape, reduce_op, extra, fp_count,
+                 dig, traced):
+        self.nbytes = max(int(x.nbytes), math.prod(out_shape) * x.itemsize)
+        self.algo = algo = choose(op, comm._view, algorithm, self.nbytes)
+        self.plan = plan = comm._plan(op, algo, sizes, x.dtype, reduce_op == "avg", extra,
+                                      traced)
+        self.count = int(x.size) if fp_count is None else fp_count
+        self.dtype_str = _dtype_str(x.dtype)
+        self.fp = A.fingerprint(op, 0, self.count, x.dtype,
+                                reduce_op if op in _REDUCING else None,
+                                extra if op in _ROOTED else -1, dig, algo)
+        self.scratch = None if plan.native is None else Scratch(
+            plan.native.max_flags, plan.tmp_elems, x.dtype)
+
+
 class Communicator:
     def __init__(self, engine, topo, ranks, comm_id: int, strict: bool,
                  recorder: FlightRecorder):
@@ -129,6 +157,8 @@ class Communicator:
         self._p2p_sent: dict[int, int] = {}
         self._p2p_recv: dict[int, int] = {}
         self._plans: dict = {}
+        self._shapes: dict = {}  # call shape -> _Shape
+        self._squares: dict = {}  # all_to_all block size -> its count matrix
         self._control = Control(self)
         #: the last collective this rank ran: schedule.CallRecord(op, algorithm,
         #: schedule, itemsize), for the time model (neuron_mpi.model.price_record)
@@ -233,33 +263,52 @@ class Communicator:
         err.waiting_for = {"step": step, "pending": [list(p) for p in pending]}
         return err
 
+    def _shape(self, op, algorithm, sizes, x, out_shape, reduce_op, extra, fp_count, dig,
+               traced, skey) -> "_Shape":
+        """The call's ``_Shape``, worked out on the first call of that shape. The key
+        holds everything the algorithm, the plan and the fingerprint depend on
+        (NEURON_MPI_ALGO is read at every call, as before)."""
+        key = (op, algorithm, None if algorithm is not None else env.algorithm(),
+               sizes if skey is None else skey, x.dtype, x.size, out_shape, reduce_op,
+               extra, fp_count, dig, traced)
+        try:
+            sh = self._shapes.get(key)
+        except TypeError:  # an unhashable part: work it out, keep nothing
+            sh, key = None, None
+        if sh is None:
+            sh = _Shape(self, op, algorithm, sizes, x, out_shape, reduce_op, extra, fp_count,
+                        dig, traced)
+            if key is not None:
+                if len(self._shapes) > 64:
+                    self._shapes.clear()
+                self._shapes[key] = sh
+        return sh
+
     def _run(self, op, algorithm, sizes, x, out, out_shape, reduce_op="sum", extra=None,
-             async_op=False, timeout=None, fp_count=None, dig=0, rows=None):
-        """x: validated input; out: validated out or None."""
-        avg = reduce_op == "avg"
-        nbytes = max(int(x.nbytes), math.prod(out_shape) * x.itemsize)
-        algo = choose(op, self._view, algorithm, nbytes)
+             async_op=False, timeout=None, fp_count=None, dig=0, rows=None, skey=None):
+        """x: validated input; out: validated out or None. ``skey``: a small hashable
+        standing for ``sizes`` in the shape cache (all_to_all's count matrix)."""
+        tr = _tracing.ACTIVE
+        sh = self._shape(op, algorithm, sizes, x, out_shape, reduce_op, extra, fp_count, dig,
+                         tr is not None, skey)
+        algo, plan = sh.algo, sh.plan
         seconds = _timeout_seconds(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
         seq = self._seq + 1
-        count = int(x.size) if fp_count is None else fp_count
-        entry = self._recorder.start(self._id, seq, op, algo, count, _dtype_str(x.dtype),
+        entry = self._recorder.start(self._id, seq, op, algo, sh.count, sh.dtype_str,
                                      self.size)
         self._seq = seq
         eng = self._engine
-        tr = _tracing.ACTIVE
-        plan = self._plan(op, algo, sizes, x.dtype, avg, extra, tr is not None)
         self.last_call = plan.record
         call = None if tr is None else tr.call_begin(
-            self._id, seq, op, algo, nbytes, str(x.dtype), self.size, len(plan.steps))
+            self._id, seq, op, algo, sh.nbytes, str(x.dtype), self.size, len(plan.steps))
         agreement = None
         try:
             if _checking() and self.size > 1:
-                root = extra if op in ("broadcast", "reduce", "gather", "scatter") else -1
-                fp = A.fingerprint(op, seq, count, x.dtype, reduce_op if op in (
-                    "all_reduce", "reduce_scatter", "reduce_scatter_v", "reduce", "scan",
-                    "exscan") else None,
-                    root, dig, algo)
+                # a blocking call's agreement is over when it returns: its shape's
+                # fingerprint is reused; an async call's lives on in the background
+                fp = sh.fp.copy() if async_op else sh.fp
+                fp[A.SEQ] = seq
                 if rows is None and plan.native is not None and eng.solo():
                     # one compiled run: the agreement, then the data (async: the
                     # agent runs both while the program computes; a mismatch is
@@ -280,9 +329,11 @@ class Communicator:
         if out is not None and x_flat.size and out_flat.size and \
                 np.may_share_memory(x_flat, out_flat) and np.shares_memory(x_flat, out_flat):
             x_flat = x_flat.copy()  # in place: keep the input readable throughout
-        bufs = make_buffers(x_flat, out_flat, plan.tmp_elems, x.dtype)
-        ex = Execution(eng, plan, bufs, self._id, seq, op, "sum" if avg else reduce_op,
-                       agreement, tr)
+        scratch = None if async_op else sh.scratch
+        bufs = make_buffers(x_flat, out_flat, plan.tmp_elems, x.dtype,
+                            None if scratch is None else scratch.tmp)
+        ex = Execution(eng, plan, bufs, self._id, seq, op,
+                       "sum" if reduce_op == "avg" else reduce_op, agreement, tr, scratch)
         ex.algorithm = algo
         if agreement is not None:
             agreement.execution = ex
@@ -423,9 +474,14 @@ class Communicator:
                 "all_to_all_v for uneven blocks")
         out = V.out_array(out, x.shape, x.dtype)
         b = int(x.size) // self.size
-        matrix = tuple((b,) * self.size for _ in range(self.size))
+        matrix = self._squares.get(b)
+        if matrix is None:  # n x n counts: built and hashed once per block size
+            matrix = tuple((b,) * self.size for _ in range(self.size))
+            if len(self._squares) > 16:
+                self._squares.clear()
+            self._squares[b] = matrix
         return self._run("all_to_all", algorithm, matrix, x, out, x.shape, async_op=async_op,
-                         timeout=timeout, dig=A.digest(x.shape[1:]))
+                         timeout=timeout, dig=A.digest(x.shape[1:]), skey=("square", b))
 
     @_collective("all_to_all_v")
     def all_to_all_v(self, x, send_counts, recv_counts, out=None, algorithm=None,

@@ -228,11 +228,36 @@ def retag_sendrecv(plan: Plan, sxid: int, rxid: int) -> None:
         np_.keys[:] = (rxid << native.KEY_SHIFT) | np.arange(len(st.recvs))
 
 
+class Scratch:
+    """A native plan's run state (``xs``, ``flags``, ``pend``) and ``tmp`` buffer,
+    kept with the plan for blocking calls: calls on one communicator are made one
+    at a time, so a blocking call of a shape never overlaps the previous one, and
+    reusing them spares an allocation (and its cold pages) per call."""
+
+    __slots__ = ("xs", "flags", "pend", "tmp", "tmp8")
+
+    def __init__(self, max_flags: int, tmp_elems: int, dtype):
+        self.xs = np.zeros(6, np.int64)
+        self.flags = np.zeros(max_flags, np.uint8)
+        self.pend = np.zeros((max_flags, 2), np.int64)
+        self.tmp = np.empty(tmp_elems, dtype)
+        self.tmp8 = self.tmp.view(np.uint8)  # the compiled run's view of it
+
+    def zeroed(self):
+        self.xs.fill(0)
+        self.flags.fill(0)
+        self.pend.fill(0)
+        return self.xs, self.flags, self.pend
+
+
 class Execution:
     """One run of a plan. ``bufs`` maps "in"/"out"/"tmp" to flat arrays."""
 
     def __init__(self, engine, plan: Plan, bufs: dict, comm_id: int, seq: int, op: str,
-                 reduce_op: str = "sum", agreement=None, tracer=None):
+                 reduce_op: str = "sum", agreement=None, tracer=None, scratch=None):
+        """``scratch``: a plan's ``Scratch`` for the compiled run's state arrays, which
+        a blocking call reuses (zeroed here) instead of allocating them each call;
+        None allocates fresh ones (async calls, several of which may be in flight)."""
         self.engine = engine
         self.plan = plan
         self.bufs = bufs
@@ -251,6 +276,7 @@ class Execution:
         self.agreement = agreement  # control.BoardAgreement run before the first step
         self._nargs = None  # the compiled data plane's arguments (native plans)
         self._xs = self._flags = None
+        self._scratch = scratch
         self.done = False
         self.error: BaseException | None = None
         self.t_start = time.perf_counter()
@@ -382,10 +408,18 @@ class Execution:
             shm = self.engine.shm
             np_ = self.plan.native
             bufs, by = self.bufs, self._bytes
-            b0, b1, b2 = by(bufs[IN]), by(bufs[OUT]), by(bufs[TMP])
-            self._xs = np.zeros(6, np.int64)
-            self._flags = np.zeros(np_.max_flags, np.uint8)
-            self._pend = np.zeros((np_.max_flags, 2), np.int64)
+            b0, b1 = by(bufs[IN]), by(bufs[OUT])
+            sc = self._scratch
+            if sc is None or bufs[TMP] is not sc.tmp:
+                b2 = by(bufs[TMP])
+            else:
+                b2 = sc.tmp8
+            if sc is None:
+                self._xs = np.zeros(6, np.int64)
+                self._flags = np.zeros(np_.max_flags, np.uint8)
+                self._pend = np.zeros((np_.max_flags, 2), np.int64)
+            else:
+                self._xs, self._flags, self._pend = sc.zeroed()
             code = CODES.get((self.reduce_op, np_.dtype_name), 0)
             ag = self.agreement
             if ag is None:
@@ -608,5 +642,7 @@ _NO_BOARD = (np.zeros(2, np.int32), np.zeros((1, 16), np.int64), 0, 0, np.zeros(
              np.zeros(0, np.int64))
 
 
-def make_buffers(x_flat, out_flat, tmp_elems, dtype):
-    return {IN: x_flat, OUT: out_flat, TMP: np.empty(tmp_elems, dtype)}
+def make_buffers(x_flat, out_flat, tmp_elems, dtype, tmp=None):
+    """``tmp``: a kept scratch buffer of ``tmp_elems`` (a blocking call's); None
+    allocates one."""
+    return {IN: x_flat, OUT: out_flat, TMP: np.empty(tmp_elems, dtype) if tmp is None else tmp}

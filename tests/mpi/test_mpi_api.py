@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpi_helpers import DTYPES, assert_same, int_table, reduce_ref, seed_of, table, to_dtype
+from mpi_helpers import DTYPES, applies, assert_same, int_table, reduce_ref, seed_of, table, to_dtype
 
 pytestmark = pytest.mark.mpi
 F32, I32, BF16 = DTYPES["fp32"], DTYPES["int32"], DTYPES["bf16"]
@@ -64,6 +64,51 @@ def test_async_with_sync_call_in_between(comm):
     t = table(seed_of("async-mixed-ag", n), n, 2, I32)
     assert_same(comm.all_gather(t[me]), t.reshape(-1), "sync all_gather")
     assert_same(h.wait(), want, "async all_reduce")
+
+
+def test_calls_of_one_shape_share_its_plan_and_scratch(comm):
+    """Repeated blocking calls of one shape reuse what the first worked out (the
+    algorithm, plan, fingerprint and the compiled run's scratch), with new data
+    every call; an async call of the same shape in flight meanwhile keeps its own
+    fingerprint and scratch, so neither result is touched by the other."""
+    n, me = comm.size, comm.rank
+    x, want = _sum_input(comm, "shape-reuse", 3 * n + 1)
+    before = len(comm._shapes)
+    for k in range(3):
+        assert_same(comm.all_reduce(x + k), want + n * k, f"all_reduce, call {k}")
+    assert len(comm._shapes) == before + 1
+    sh = next(reversed(comm._shapes.values()))
+    assert sh.plan.record is comm.last_call
+    if sh.scratch is not None:  # a compiled plan (shared memory)
+        ys = [x + 10 * k for k in range(3)]
+        h = comm.all_reduce(ys[0], async_op=True)
+        mid = comm.all_reduce(ys[1])
+        last = comm.all_reduce(ys[2], out=np.empty_like(x))
+        assert_same(h.wait(), want, "async all_reduce beside blocking ones")
+        assert_same(mid, want + 10 * n, "blocking all_reduce, async in flight")
+        assert_same(last, want + 20 * n, "blocking all_reduce after it")
+    # all_to_all: one count matrix per block size, built once
+    t = table(seed_of("shape-a2a", n), n, 2 * n, I32).reshape(n, n, 2)
+    for _ in range(2):
+        assert_same(comm.all_to_all(t[me].reshape(-1)), t[:, me].reshape(-1), "all_to_all")
+    assert comm._squares[2] is comm._squares[2] and len(comm._squares[2]) == n
+
+
+def test_environment_algorithm_read_at_every_call_of_one_shape(comm, monkeypatch):
+    """The shape cache keys on NEURON_MPI_ALGO as read at the call: the same call
+    runs ring, then mesh, then the default again."""
+    x, want = _sum_input(comm, "env-per-call", 2 * comm.size)
+    default = comm.algorithm_for("all_reduce", nbytes=x.nbytes)
+    algos = [a for a in ("ring", "mesh", "ring") if applies(comm, "all_reduce", a)] + [None]
+    seen = []
+    for algo in algos:
+        if algo is None:
+            monkeypatch.delenv("NEURON_MPI_ALGO")
+        else:
+            monkeypatch.setenv("NEURON_MPI_ALGO", algo)
+        assert_same(comm.all_reduce(x), want, f"all_reduce under {algo}")
+        seen.append(comm.last_call.algorithm)
+    assert seen == algos[:-1] + [default]
 
 
 def test_finished_calls_leave_nothing_in_flight(comm):

@@ -34,12 +34,15 @@ from .control import Control
 from .engine import make_engine
 from .errors import (CollectiveTimeoutError, CommunicatorFailedError,
                      InvalidArgumentError, NeuronMPIError, TopologyError, arg_error)
-from .executor import (Execution, Plan, Scratch, SendRecvExecution, make_buffers, pieces,
+from .executor import (CODES, NO_BOARD, NO_CLAIM, Execution, Plan, Scratch, SendRecvExecution,
+                       deadline_ns, make_buffers, native_args, pieces,
                        retag_sendrecv, sendrecv_plan)
 from .kernels import dtype_name
 from .recorder import FlightRecorder
 from .schedule import CallRecord
 from .topology import topology as make_topology
+from .transport import native
+from .transport.segment import FP_WORDS
 
 DEFAULT_TIMEOUT = env.DEFAULT_TIMEOUT
 _timeout_seconds = env.timeout_seconds
@@ -118,7 +121,8 @@ class _Shape:
     plan, the fingerprint (its call number is set per call), and the compiled
     run's scratch for blocking calls (``executor.Scratch``)."""
 
-    __slots__ = ("algo", "plan", "nbytes", "count", "dtype_str", "fp", "scratch")
+    __slots__ = ("algo", "plan", "nbytes", "count", "dtype_str", "fp", "scratch", "code",
+                 "alone")
 
     def __init__(self, comm, op, algorithm, sizes, x, out_shape, reduce_op, extra, fp_count,
                  dig, traced):
@@ -133,6 +137,11 @@ class _Shape:
                                 extra if op in _ROOTED else -1, dig, algo)
         self.scratch = None if plan.native is None else Scratch(
             plan.native.max_flags, plan.tmp_elems, x.dtype)
+        self.code = 0 if plan.native is None else CODES.get(
+            ("sum" if reduce_op == "avg" else reduce_op, plan.native.dtype_name), 0)
+        # a blocking call may run as Communicator._run_alone: compiled, and no
+        # divide step (avg), which only the Python path runs
+        self.alone = self.scratch is not None and reduce_op != "avg"
 
 
 class Communicator:
@@ -302,14 +311,21 @@ class Communicator:
         self.last_call = plan.record
         call = None if tr is None else tr.call_begin(
             self._id, seq, op, algo, sh.nbytes, str(x.dtype), self.size, len(plan.steps))
+        checking = _checking() and self.size > 1
+        ran = None
+        if sh.alone and not async_op and call is None and rows is None:
+            ran = self._run_alone(sh, x, out, out_shape, seq, deadline, checking)
+            if ran is not None and ran[0]:
+                FlightRecorder.finish(entry)
+                return ran[1]
         agreement = None
         try:
-            if _checking() and self.size > 1:
+            if checking:
                 # a blocking call's agreement is over when it returns: its shape's
                 # fingerprint is reused; an async call's lives on in the background
                 fp = sh.fp.copy() if async_op else sh.fp
                 fp[A.SEQ] = seq
-                if rows is None and plan.native is not None and eng.solo():
+                if ran is not None or rows is None and plan.native is not None and eng.solo():
                     # one compiled run: the agreement, then the data (async: the
                     # agent runs both while the program computes; a mismatch is
                     # raised by wait(), still before any data moved)
@@ -322,8 +338,10 @@ class Communicator:
             if call is not None:
                 tr.call_end(call, e)
             self._agreement_failed(e, entry)
-        x_flat = np.ascontiguousarray(x).reshape(-1)
-        result = out if out is not None else np.empty(out_shape, x.dtype)
+        x_flat = x.reshape(-1) if type(x) is np.ndarray and x.flags.c_contiguous else \
+            np.ascontiguousarray(x).reshape(-1)  # (a subclass such as np.matrix stays 2-d)
+        result = out if out is not None else (
+            np.empty(out_shape, x.dtype) if ran is None else ran[1])
         target = result if result.flags.c_contiguous else np.empty(out_shape, x.dtype)
         out_flat = target.reshape(-1)
         if out is not None and x_flat.size and out_flat.size and \
@@ -335,6 +353,8 @@ class Communicator:
         ex = Execution(eng, plan, bufs, self._id, seq, op,
                        "sum" if reduce_op == "avg" else reduce_op, agreement, tr, scratch)
         ex.algorithm = algo
+        if ran is not None:
+            ex.adopt(ran[2])  # go on from where the compiled run stopped
         if agreement is not None:
             agreement.execution = ex
 
@@ -372,6 +392,57 @@ class Communicator:
             eng.start(ex)
             return Handle(self, ex, wait)
         return wait()
+
+    def _run_alone(self, sh, x, out, out_shape, seq, deadline, checking):
+        """A blocking call with nothing else of this rank in flight, on a compiled
+        plan: the agreement and the whole schedule as one compiled run on this
+        thread, building no Execution or BoardAgreement (for a small call those and
+        the general path cost more than its data). Returns None when the call does
+        not qualify (nothing done: the general path runs it), else (done, result,
+        args): done, or the run's arguments and state, which the general path adopts
+        and finishes (a timeout, a mismatch, a piece of the wrong size, a channel to
+        copy aside)."""
+        if not (type(x) is np.ndarray and x.flags.c_contiguous and x.flags.writeable):
+            return None
+        if out is not None and (type(out) is not np.ndarray or not out.flags.c_contiguous
+                                or x.size and out.size and np.may_share_memory(x, out)):
+            return None
+        eng, ctl = self._engine, self._control
+        if checking and (ctl._board is None or ctl._open is not None
+                         or sh.fp.size > FP_WORDS):
+            return None
+        result = out if out is not None else np.empty(out_shape, x.dtype)
+        sc = sh.scratch
+        xs, flags, pend = sc.zeroed()
+        if checking:
+            fp = sh.fp
+            fp[A.SEQ] = seq
+            parity = ctl._parity
+            board = ctl.board_turn(fp)
+            xs[3] = 1  # agree first
+        else:
+            board = NO_BOARD
+        args = native_args(eng.shm, sh.plan.native, xs, flags, x.reshape(-1).view(np.uint8),
+                           result.reshape(-1).view(np.uint8), sc.tmp8, self._id, seq, sh.code,
+                           board, pend)
+        eng.driving += 1
+        try:
+            eng._claim()  # (engine.drive, without its loop)
+            try:
+                if not eng.solo():  # something else in flight, or pieces set aside
+                    return None
+                status = native.exec_run(*args, NO_CLAIM, deadline_ns(deadline))
+            finally:
+                eng.lock.release()
+        finally:
+            eng.driving -= 1
+            if eng.background():
+                eng.agent.poke()
+        if status == native.DONE:
+            if checking:
+                ctl.turn_over(parity)
+            return True, result, None
+        return False, result, args
 
     def _agreement_failed(self, e, entry):
         """The agreement failed before any data moved: raise ``e`` on every member."""

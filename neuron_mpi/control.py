@@ -81,6 +81,21 @@ class Control:
         self._open = BoardAgreement(self, b, fp, op, seq)
         return self._open
 
+    def board_turn(self, fp: np.ndarray) -> tuple:
+        """The compiled data plane's agreement arguments for this communicator's
+        next turn on its board (counter, table, member, size, fp, target, bells),
+        as BoardAgreement holds them. The turn is taken by ``turn_over`` once every
+        member has arrived."""
+        b, p = self._board, self._parity
+        return (b.counters[p], b.tables[p], self.comm.rank, b.size, fp,
+                b.size * (b.uses[p] + 1), b.bells)
+
+    def turn_over(self, parity: int) -> None:
+        """Every member arrived on the board for the turn of ``parity``: it turns
+        over, as on the Python path (Control._on_board)."""
+        self._board.done(parity)
+        self._parity ^= 1
+
     def settle(self, deadline, expired) -> None:
         """Wait until the agreement of this communicator's previous call has finished
         on this rank, when that call's execution runs it (an async call returns before
@@ -196,16 +211,11 @@ class BoardAgreement:
     target the Python path (Control._on_board) would use, so either can run it."""
 
     def __init__(self, control: Control, board, fp, op: str, seq: int):
-        p = control._parity
         self.control = control
         self.board = board
-        self.parity = p
-        self.counter = board.counters[p]
-        self.table = board.tables[p]
-        self.member = control.comm.rank
-        self.size = board.size
-        self.fp = fp
-        self.target = board.size * (board.uses[p] + 1)
+        self.parity = control._parity
+        (self.counter, self.table, self.member, self.size, self.fp, self.target,
+         _) = control.board_turn(fp)
         self.op = op
         self.seq = seq
         self.finished = False
@@ -217,8 +227,7 @@ class BoardAgreement:
         would keep the call's buffers alive until the next call or a garbage
         collection, and fresh buffers every call cost page faults)."""
         self.finished = True
-        self.board.done(self.parity)
-        self.control._parity ^= 1
+        self.control.turn_over(self.parity)
         self.execution = None
         if self.control._open is self:
             self.control._open = None

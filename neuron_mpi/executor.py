@@ -420,19 +420,25 @@ class Execution:
                 self._pend = np.zeros((np_.max_flags, 2), np.int64)
             else:
                 self._xs, self._flags, self._pend = sc.zeroed()
-            code = CODES.get((self.reduce_op, np_.dtype_name), 0)
             ag = self.agreement
             if ag is None:
-                board = _NO_BOARD
+                board = NO_BOARD
             else:
                 board = (ag.counter, ag.table, ag.member, ag.size, ag.fp, ag.target,
                          ag.board.bells)
                 self._xs[3] = 1
-            self._nargs = (shm.seg8, shm.g, shm.gen, np_.steps, np_.rounds, np_.sends,
-                           np_.charges, np_.recvs, np_.keys, np_.order, np_.locs, self._xs,
-                           self._flags, b0, b1, b2, self.comm_id, self.seq, code) + board + (
-                               self._pend,)
+            self._nargs = native_args(shm, np_, self._xs, self._flags, b0, b1, b2, self.comm_id,
+                                      self.seq, CODES.get((self.reduce_op, np_.dtype_name), 0),
+                                      board, self._pend)
         return self._nargs
+
+    def adopt(self, nargs) -> None:
+        """Take over the state of a compiled run made before this object existed
+        (``native_args``' tuple: a blocking call's run_alone that the general path
+        must finish); the next run goes on from where that one stopped."""
+        self._nargs = nargs
+        self._xs, self._flags, self._pend = nargs[11], nargs[12], nargs[-1]
+        self.step = int(self._xs[0])
 
     @property
     def agreeing(self) -> bool:
@@ -528,10 +534,8 @@ class Execution:
         """Run to the end on this thread (compiled, sleeping on the doorbell while it
         waits); returns transport.native's DONE, TIMEOUT, PYTHON or (``claim``: the
         engine's claim word, for the agent's runs) YIELDED."""
-        deadline_ns = -1 if deadline is None else int(
-            (deadline - time.monotonic()) * 1e9 + time.clock_gettime_ns(time.CLOCK_MONOTONIC))
-        status = native.exec_run(*self._native_args(), _NO_CLAIM if claim is None else claim,
-                                 deadline_ns)
+        status = native.exec_run(*self._native_args(), NO_CLAIM if claim is None else claim,
+                                 deadline_ns(deadline))
         if status in (native.DONE, native.SIZE, native.MISMATCH, native.FAULT):
             self._native_status(status)
         else:
@@ -637,9 +641,27 @@ class SendRecvExecution(Execution):
         return native.DONE if self.done else native.BLOCKED
 
 
-_NO_CLAIM = np.zeros(1, np.int32)  # a caller's own run: nobody takes the engine from it
-_NO_BOARD = (np.zeros(2, np.int32), np.zeros((1, 16), np.int64), 0, 0, np.zeros(1, np.int64), 0,
+NO_CLAIM = np.zeros(1, np.int32)  # a caller's own run: nobody takes the engine from it
+NO_BOARD = (np.zeros(2, np.int32), np.zeros((1, 16), np.int64), 0, 0, np.zeros(1, np.int64), 0,
              np.zeros(0, np.int64))
+
+
+def deadline_ns(deadline) -> int:
+    """exec_run's deadline: CLOCK_MONOTONIC nanoseconds for a time.monotonic()
+    ``deadline``; -1 for none."""
+    return -1 if deadline is None else int(
+        (deadline - time.monotonic()) * 1e9 + time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+
+
+def native_args(shm, np_, xs, flags, b0, b1, b2, comm_id: int, seq: int, code: int, board,
+                pend) -> tuple:
+    """The arguments of transport.native's exec_pass / exec_run (without exec_run's
+    claim word and deadline) for one run of the native plan ``np_``: the segment,
+    the plan's tables, the run's state, the three byte buffers, the call's key, the
+    reduction kernel's code, the board agreement (NO_BOARD: none) and ``pend``."""
+    return (shm.seg8, shm.g, shm.gen, np_.steps, np_.rounds, np_.sends, np_.charges, np_.recvs,
+            np_.keys, np_.order, np_.locs, xs, flags, b0, b1, b2, comm_id, seq, code) + board + (
+                pend,)
 
 
 def make_buffers(x_flat, out_flat, tmp_elems, dtype, tmp=None):

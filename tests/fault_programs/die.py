@@ -83,6 +83,9 @@ def main():
                     return status, moved
             executor.Execution.run = run_in_passes
             native.exec_pass = dying_pass
+            # a lone blocking call's single compiled run (Communicator._run_alone)
+            # hands over to the general path, which steps it as above
+            native.exec_run = lambda *args: native.PYTHON
         else:
             raise SystemExit(f"die.py: unknown WHEN {WHEN}")
     y = comm.all_reduce(x, algorithm="ring")  # n - 1 reduce rounds, then n - 1 copies

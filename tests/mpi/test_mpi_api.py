@@ -73,11 +73,11 @@ def test_calls_of_one_shape_share_its_plan_and_scratch(comm):
     fingerprint and scratch, so neither result is touched by the other."""
     n, me = comm.size, comm.rank
     x, want = _sum_input(comm, "shape-reuse", 3 * n + 1)
-    before = len(comm._shapes)
+    comm._shapes.clear()  # (a cache: earlier tests may have left this shape in it)
     for k in range(3):
         assert_same(comm.all_reduce(x + k), want + n * k, f"all_reduce, call {k}")
-    assert len(comm._shapes) == before + 1
-    sh = next(reversed(comm._shapes.values()))
+    assert len(comm._shapes) == 1
+    sh = next(iter(comm._shapes.values()))
     assert sh.plan.record is comm.last_call
     if sh.scratch is not None:  # a compiled plan (shared memory)
         ys = [x + 10 * k for k in range(3)]
@@ -92,6 +92,40 @@ def test_calls_of_one_shape_share_its_plan_and_scratch(comm):
     for _ in range(2):
         assert_same(comm.all_to_all(t[me].reshape(-1)), t[:, me].reshape(-1), "all_to_all")
     assert comm._squares[2] is comm._squares[2] and len(comm._squares[2]) == n
+
+
+def test_a_lone_blocking_call_builds_no_execution(comm, monkeypatch):
+    """On shared memory a blocking call with nothing else of the rank in flight is
+    one compiled run on the calling thread (Communicator._run_alone), with no
+    Execution built; avg (its divide step runs in Python) and an async call take the
+    general path. Every result is the same."""
+    from neuron_mpi import executor
+
+    made = []
+    init = executor.Execution.__init__
+
+    def counting(self, *args, **kwargs):
+        op = args[5] if len(args) > 5 else kwargs.get("op")
+        if op != "agreement":  # (the routed agreement's own, over MPI)
+            made.append(op)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(executor.Execution, "__init__", counting)
+    n = comm.size
+    x, want = _sum_input(comm, "alone", 2 * n + 5)
+    comm._shapes.clear()
+    assert_same(comm.all_reduce(x), want, "all_reduce")
+    alone = next(iter(comm._shapes.values())).alone
+    assert made == ([] if alone else ["all_reduce"])
+    made.clear()
+    assert np.allclose(comm.all_reduce(x, op="avg"), want / n, rtol=1e-6)
+    assert made == ["all_reduce"]
+    made.clear()
+    h = comm.all_reduce(x, async_op=True)
+    assert made == ["all_reduce"]
+    # (the blocking call runs alone if the agent has finished the async one first)
+    assert_same(comm.all_reduce(x), want, "all_reduce beside an async one")
+    assert_same(h.wait(), want, "the async all_reduce")
 
 
 def test_environment_algorithm_read_at_every_call_of_one_shape(comm, monkeypatch):
@@ -134,7 +168,9 @@ def test_finished_calls_leave_nothing_in_flight(comm):
         world.Barrier()
         solo = eng.solo()
         world.Barrier()
-        assert world.allreduce(int(solo), op=MPI.MIN) == 1, f"rank {comm.rank}: {solo}"
+        what = "" if solo else (f"active {[(e.op, e.seq, e.done, e.step) for e in eng.active]}, "
+                                f"outq {len(eng.outq)}, inbox {sorted(eng.inbox)[:6]}")
+        assert world.allreduce(int(solo), op=MPI.MIN) == 1, f"rank {comm.rank}: {what}"
 
 
 # --- out= and in place -------------------------------------------------------------------

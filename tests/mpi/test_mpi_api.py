@@ -158,10 +158,12 @@ def test_finished_calls_leave_nothing_in_flight(comm):
     assert_same(h.wait(), want, "async all_reduce")
     assert not [e for e in eng.active if e.done]
     if eng.shm is not None and eng.mpi is None:
-        # looked at between two barriers: a rank that went on to the next test's
-        # call may already have sent pieces this rank keeps for that call (a ring
-        # runs up to a channel's slots ahead, and the agent copies the rest aside),
-        # and every rank fails alike or none does
+        # looked at between two barriers, and every rank fails alike or none does
+        # (a rank that fails alone desynchronises the rest of the launch). What
+        # failed here on rank 1 of the trn1 suite was a message another test left
+        # unreceived (see test_a_receive_whose_sender_never_comes_times_out_naming_it);
+        # with the argument agreement on, no rank sends a call's data before every
+        # member has entered that call
         from mpi4py import MPI
 
         world = MPI.COMM_WORLD

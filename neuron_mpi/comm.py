@@ -311,20 +311,21 @@ class Communicator:
         self.last_call = plan.record
         call = None if tr is None else tr.call_begin(
             self._id, seq, op, algo, sh.nbytes, str(x.dtype), self.size, len(plan.steps))
-        checking = _checking() and self.size > 1
+        fp = None
+        if _checking() and self.size > 1:
+            # a blocking call's agreement is over when it returns: its shape's
+            # fingerprint is reused; an async call's lives on in the background
+            fp = sh.fp.copy() if async_op else sh.fp
+            fp[A.SEQ] = seq
         ran = None
         if sh.alone and not async_op and call is None and rows is None:
-            ran = self._run_alone(sh, x, out, out_shape, seq, deadline, checking)
+            ran = self._run_alone(sh, x, out, out_shape, seq, deadline, fp)
             if ran is not None and ran[0]:
                 FlightRecorder.finish(entry)
                 return ran[1]
         agreement = None
         try:
-            if checking:
-                # a blocking call's agreement is over when it returns: its shape's
-                # fingerprint is reused; an async call's lives on in the background
-                fp = sh.fp.copy() if async_op else sh.fp
-                fp[A.SEQ] = seq
+            if fp is not None:
                 if ran is not None or rows is None and plan.native is not None and eng.solo():
                     # one compiled run: the agreement, then the data (async: the
                     # agent runs both while the program computes; a mismatch is
@@ -393,7 +394,7 @@ class Communicator:
             return Handle(self, ex, wait)
         return wait()
 
-    def _run_alone(self, sh, x, out, out_shape, seq, deadline, checking):
+    def _run_alone(self, sh, x, out, out_shape, seq, deadline, fp):
         """A blocking call with nothing else of this rank in flight, on a compiled
         plan: the agreement and the whole schedule as one compiled run on this
         thread, building no Execution or BoardAgreement (for a small call those and
@@ -401,22 +402,20 @@ class Communicator:
         not qualify (nothing done: the general path runs it), else (done, result,
         args): done, or the run's arguments and state, which the general path adopts
         and finishes (a timeout, a mismatch, a piece of the wrong size, a channel to
-        copy aside)."""
+        copy aside). ``fp``: the call's fingerprint, None when nobody agrees."""
         if not (type(x) is np.ndarray and x.flags.c_contiguous and x.flags.writeable):
             return None
         if out is not None and (type(out) is not np.ndarray or not out.flags.c_contiguous
                                 or x.size and out.size and np.may_share_memory(x, out)):
             return None
         eng, ctl = self._engine, self._control
-        if checking and (ctl._board is None or ctl._open is not None
-                         or sh.fp.size > FP_WORDS):
+        if fp is not None and (ctl._board is None or ctl._open is not None
+                               or fp.size > FP_WORDS):
             return None
         result = out if out is not None else np.empty(out_shape, x.dtype)
         sc = sh.scratch
         xs, flags, pend = sc.zeroed()
-        if checking:
-            fp = sh.fp
-            fp[A.SEQ] = seq
+        if fp is not None:
             parity = ctl._parity
             board = ctl.board_turn(fp)
             xs[3] = 1  # agree first
@@ -439,7 +438,7 @@ class Communicator:
             if eng.background():
                 eng.agent.poke()
         if status == native.DONE:
-            if checking:
+            if fp is not None:
                 ctl.turn_over(parity)
             return True, result, None
         return False, result, args

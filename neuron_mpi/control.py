@@ -214,8 +214,8 @@ class BoardAgreement:
         self.control = control
         self.board = board
         self.parity = control._parity
-        (self.counter, self.table, self.member, self.size, self.fp, self.target,
-         _) = control.board_turn(fp)
+        self.fp = fp
+        self.args = control.board_turn(fp)  # the compiled data plane's, for its turn
         self.op = op
         self.seq = seq
         self.finished = False

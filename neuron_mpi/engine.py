@@ -309,8 +309,7 @@ class Engine:
 
     def _drive(self, done, deadline, on_timeout, start, lone) -> None:
         if start is not None:
-            if not (self.active or self.outq or self.inbox) and self.mpi is None \
-                    and start.plan.native is not None:
+            if self.solo() and start.plan.native is not None:
                 # nothing else in flight: run it compiled to its end before it is
                 # even listed (the loop below would do the same, at more cost)
                 if start.run(deadline) == TIMEOUT:

@@ -230,9 +230,10 @@ def retag_sendrecv(plan: Plan, sxid: int, rxid: int) -> None:
 
 class Scratch:
     """A native plan's run state (``xs``, ``flags``, ``pend``) and ``tmp`` buffer,
-    kept with the plan for blocking calls: calls on one communicator are made one
-    at a time, so a blocking call of a shape never overlaps the previous one, and
-    reusing them spares an allocation (and its cold pages) per call."""
+    kept per call shape (``comm._Shape``) for blocking calls: calls on one
+    communicator are made one at a time, so a blocking call of a shape never
+    overlaps the previous one, and reusing them spares an allocation (and its cold
+    pages) per call."""
 
     __slots__ = ("xs", "flags", "pend", "tmp", "tmp8")
 
@@ -255,8 +256,8 @@ class Execution:
 
     def __init__(self, engine, plan: Plan, bufs: dict, comm_id: int, seq: int, op: str,
                  reduce_op: str = "sum", agreement=None, tracer=None, scratch=None):
-        """``scratch``: a plan's ``Scratch`` for the compiled run's state arrays, which
-        a blocking call reuses (zeroed here) instead of allocating them each call;
+        """``scratch``: the call shape's ``Scratch`` for the compiled run's state arrays,
+        which a blocking call reuses (zeroed here) instead of allocating them each call;
         None allocates fresh ones (async calls, several of which may be in flight)."""
         self.engine = engine
         self.plan = plan
@@ -424,8 +425,7 @@ class Execution:
             if ag is None:
                 board = NO_BOARD
             else:
-                board = (ag.counter, ag.table, ag.member, ag.size, ag.fp, ag.target,
-                         ag.board.bells)
+                board = ag.args
                 self._xs[3] = 1
             self._nargs = native_args(shm, np_, self._xs, self._flags, b0, b1, b2, self.comm_id,
                                       self.seq, CODES.get((self.reduce_op, np_.dtype_name), 0),

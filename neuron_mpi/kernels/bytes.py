@@ -238,5 +238,9 @@ def copy_bytes(dst, d, src, s, n):
         raise IndexError("copy_bytes: range out of bounds")
     if dst.strides[0] == 1 and src.strides[0] == 1:
         _memmove(dst, d, src, s, n)
+    elif dst.ctypes.data + d * dst.strides[0] > src.ctypes.data + s * src.strides[0]:
+        for i in range(n - 1, -1, -1):  # a loop, not a slice assignment: that may
+            dst[d + i] = src[s + i]      # allocate, and the data plane runs without NRT
     else:
-        dst[d:d + n] = src[s:s + n]
+        for i in range(n):
+            dst[d + i] = src[s + i]

@@ -9,6 +9,16 @@ sender. Waking a sleeper is a futex syscall issued from compiled code (x86-64).
 
 The segment is passed as one uint8 array plus a geometry vector ``g`` (offsets and
 sizes, see GEOMETRY); compiled code makes its typed views itself.
+
+Everything here is compiled without numba's runtime (PLANE_OPTIONS, ``_nrt=False``;
+numba passes the flag on to the kernels it calls): no function allocates, arrays
+from Python arrive with no meminfo, and nothing is reference-counted. With the
+runtime, every array handed in, sliced or viewed was counted up and down with
+atomic instructions, most of a small call's compiled CPU at 8 ranks on 2 cores.
+The cost of going without: scratch arrays live on the stack (``_stack_i64``), the
+helpers that return views of the segment are inlined (``inline="always"``: a
+function compiled without the runtime may return only an array it was passed),
+and slice assignments that may copy their source are written as loops.
 """
 from __future__ import annotations
 
@@ -17,11 +27,15 @@ import platform
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic
+from numba.np.arrayobj import populate_array
 
 from ..kernels.atomics import _cmpxchg, _fetch_add, _load, _store  # noqa: F401
 from ..kernels.bytes import copy_bytes, reduce_bytes
 from ..kernels.llvm_ops import JIT_OPTIONS
+
+PLANE_OPTIONS = dict(JIT_OPTIONS, _nrt=False)  # see the module's docstring
 
 SUPPORTED = platform.machine().lower() in ("x86_64", "amd64")
 if SUPPORTED:
@@ -104,11 +118,35 @@ def _syscall6(typingctx, nr, a1, a2, a3, a4, a5, a6):
     return sig, codegen
 
 
-@njit(**JIT_OPTIONS)
+@intrinsic
+def _stack_i64(typingctx, n):
+    """A C-contiguous int64 array of ``n`` (a constant) elements on the calling
+    function's stack, with no meminfo: scratch space that costs no allocation,
+    for code compiled without NRT (PLANE_OPTIONS). Valid until that function
+    returns; never return it or keep it."""
+    if not isinstance(n, types.IntegerLiteral):
+        return None
+    count = n.literal_value
+    aryty = types.Array(types.int64, 1, "C")
+    sig = aryty(n)
+
+    def codegen(context, builder, signature, args):
+        data = cgutils.alloca_once(builder, ir.IntType(64), size=count)
+        ary = context.make_array(aryty)(context, builder)
+        intp = context.get_value_type(types.intp)
+        populate_array(ary, data=data, shape=[ir.Constant(intp, count)],
+                       strides=[ir.Constant(intp, 8)], itemsize=ir.Constant(intp, 8),
+                       meminfo=None)
+        return ary._getvalue()
+
+    return sig, codegen
+
+
+@njit(**PLANE_OPTIONS)
 def read_remote(pid, dst, off, addr, n):
     """Copy n bytes at ``addr`` in process ``pid`` into dst[off:off + n]
     (process_vm_readv, one copy); 0 or the errno."""
-    iov = np.empty(4, np.int64)
+    iov = _stack_i64(4)
     done = 0
     while done < n:
         iov[0] = dst.ctypes.data + off + done
@@ -122,31 +160,31 @@ def read_remote(pid, dst, off, addr, n):
     return 0
 
 
-@njit(**JIT_OPTIONS)
+@njit(inline="always", **PLANE_OPTIONS)
 def _ctl(seg, g):
     o = g[G_CTL]
     return seg[o:o + g[G_L] * 64].view(np.int32)
 
 
-@njit(**JIT_OPTIONS)
+@njit(inline="always", **PLANE_OPTIONS)
 def _state(seg, g):
     o = g[G_STATE]
     return seg[o:o + g[G_L] * g[G_L] * g[G_K] * 8].view(np.int64)
 
 
-@njit(**JIT_OPTIONS)
+@njit(inline="always", **PLANE_OPTIONS)
 def _want(seg, g):
     o = g[G_WANT]
     return seg[o:o + g[G_L] * g[G_L] * 4].view(np.int32)
 
 
-@njit(**JIT_OPTIONS)
+@njit(inline="always", **PLANE_OPTIONS)
 def _hdr(seg, g):
     o = g[G_HDR]
     return seg[o:o + g[G_L] * g[G_L] * g[G_K] * HDR_WORDS * 8].view(np.int64)
 
 
-@njit(**JIT_OPTIONS)
+@njit(inline="always", **PLANE_OPTIONS)
 def _ledger(seg, g):
     o = g[G_LEDGER]
     return seg[o:o + g[G_L] * g[G_N] * 16].view(np.int64)
@@ -158,7 +196,7 @@ def _ledger(seg, g):
 CTL_ANY, CTL_COUNTING, CTL_WAKE_AT = 1, 4, 5
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def ring(seg, g, local, word):
     """Add one to a rank's word (0: doorbell, 2: agent) and wake every sleeper."""
     ctl = _ctl(seg, g)
@@ -168,13 +206,13 @@ def ring(seg, g, local, word):
         _syscall3(202, ctl.ctypes.data + 4 * i, 1, 0x7FFFFFFF)  # futex(FUTEX_WAKE)
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def _reached(v, target):
     """v at or past target, on int32 words that wrap."""
     return ((v - target) & 0xFFFFFFFF) < 0x80000000
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def ring_piece(seg, g, local):
     """Ring a rank's doorbell for a piece just delivered to it. A compiled run
     asleep on it counting pieces is woken only once the doorbell reaches the value
@@ -188,14 +226,14 @@ def ring_piece(seg, g, local):
         _syscall3(202, ctl.ctypes.data + 4 * i, 1, 0x7FFFFFFF)  # futex(FUTEX_WAKE)
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def ring_many(seg, g, locals_):
     """Ring the doorbells of these ranks (local indices)."""
     for i in range(locals_.size):
         ring(seg, g, locals_[i], 0)
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def _free_slot(state, base, K):
     for k in range(K):
         if _load(state, base + k) == 0:
@@ -203,7 +241,7 @@ def _free_slot(state, base, K):
     return -1
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def _claim(seg, g, dst):
     """A free slot of channel me -> dst, or -1 (the sender's want flag raised, the
     receiver rung)."""
@@ -221,7 +259,7 @@ def _claim(seg, g, dst):
     return slot
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def _publish(seg, g, gen, dst, slot, n, charges, c_lo, c_hi):
     gen[0] += 1
     _store(_state(seg, g), slot, gen[0])
@@ -233,7 +271,7 @@ def _publish(seg, g, gen, dst, slot, n, charges, c_lo, c_hi):
             _fetch_add(led, charges[j + 1], 1)
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def post(seg, g, gen, dst, head, payload, charges, c_lo, c_hi):
     """Copy one piece into a free slot of channel me -> dst (local index) and
     publish it; charge ledger indices charges[c_lo:c_hi] (pairs: bytes, messages).
@@ -252,7 +290,7 @@ def post(seg, g, gen, dst, head, payload, charges, c_lo, c_hi):
     return True
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def post_read(seg, g, gen, dst, head, src, off, n, charges, c_lo, c_hi):
     """Publish one piece that stays in the sender's buffer (src[off:off + n]): the
     slot carries only its header, the address and this process's pid; the receiver
@@ -271,7 +309,7 @@ def post_read(seg, g, gen, dst, head, src, off, n, charges, c_lo, c_hi):
     return slot
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def release(seg, g, slot):
     """Free one of this rank's incoming slots; ring its sender if it waits, or
     (a piece read from the sender's buffer) count the read on its doorbell."""
@@ -287,7 +325,7 @@ def release(seg, g, slot):
         ring_piece(seg, g, src)
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def read_slot(seg, g, slot, dst, off, n):
     """The payload of a piece left in its sender's memory, read into dst[off:off +
     n] (one copy), and the slot freed; 0, -1 (the sender took it back: nothing
@@ -312,7 +350,7 @@ def read_failed(nbytes: int, origin: int, err: int, xid: int, piece: int) -> str
             f"{os.strerror(err)}; transfer {xid}, piece {piece})")
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def find(seg, g, comm, seq, xid, piece):
     """The incoming slot holding piece (comm, seq, xid, piece) for this rank, or -1."""
     L, K, me = g[G_L], g[G_K], g[G_ME]
@@ -331,7 +369,7 @@ def find(seg, g, comm, seq, xid, piece):
     return -1
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def passing(seg, g, out):
     """Incoming slots holding pieces addressed to another rank (to forward), into
     ``out``; returns how many."""
@@ -348,7 +386,7 @@ def passing(seg, g, out):
     return n
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def stuck(seg, g, out):
     """Slots of channels whose sender waits for room while all K slots are full:
     the caller copies them aside. Returns how many were written to ``out``."""
@@ -372,7 +410,7 @@ def stuck(seg, g, out):
     return n
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def any_want(seg, g):
     L, me = g[G_L], g[G_ME]
     want = _want(seg, g)
@@ -398,7 +436,7 @@ DONE, BLOCKED, PYTHON, SIZE, TIMEOUT, MISMATCH, YIELDED, FAULT = range(8)
 STUCK_GRACE_NS = 2_000_000  # exec_run: how long a full channel waits before it is copied aside
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def _agreement(seg, g, xs, counter, table, member, size, fp, target, bells):
     """The argument agreement on the communicator's board (see segment.Board): xs[3]
     1 = publish this rank's fingerprint, 2 = wait for every member. The last member
@@ -425,12 +463,12 @@ def _agreement(seg, g, xs, counter, table, member, size, fp, target, bells):
     return DONE
 
 
-@njit(**JIT_OPTIONS)
+@njit(inline="always", **PLANE_OPTIONS)
 def _buf(b, b0, b1, b2):
     return b0 if b == 0 else (b1 if b == 1 else b2)
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def _locals(locs, lo, hi, b0, b1, b2, code):
     for j in range(lo, hi):
         if locs[j, 0] == 2:
@@ -447,7 +485,7 @@ def _locals(locs, lo, hi, b0, b1, b2, code):
     return True
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, locs, xs,
               flags, b0, b1, b2, comm, seq, code, counter, table, member, size, fp, target,
               bells, pend):
@@ -470,7 +508,7 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
             xs[4] = 1
             return a, False
         moved = True
-    head = np.empty(8, np.int64)
+    head = _stack_i64(8)
     head[0] = comm
     head[1] = seq
     head[6] = g[G_MEW]
@@ -594,7 +632,7 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
     return DONE, moved
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def take_back(seg, g, steps, rounds, xs, flags, pend):
     """A failed execution takes back the pieces its receivers have not read from
     its buffers yet (frees their slots), waiting out a read under way; returns how
@@ -618,13 +656,13 @@ def take_back(seg, g, steps, rounds, xs, flags, pend):
     return n
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def _now_ns(ts):
     _syscall3(228, 1, ts.ctypes.data, 0)  # clock_gettime(CLOCK_MONOTONIC)
     return ts[0] * 1000000000 + ts[1]
 
 
-@njit(**JIT_OPTIONS)
+@njit(**PLANE_OPTIONS)
 def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, locs, xs,
              flags, b0, b1, b2, comm, seq, code, counter, table, member, size, fp, target,
              bells, pend, claim, deadline_ns):
@@ -641,8 +679,8 @@ def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, loc
     sleep and wake-up."""
     ctl = _ctl(seg, g)
     bi = g[G_ME] * 16
-    ts = np.zeros(2, np.int64)
-    scratch = np.empty(g[G_K], np.int64)
+    ts = _stack_i64(2)
+    scratch = _stack_i64(1)  # stuck()'s: only whether any is
     graced = False
     spins = 0
     while True:

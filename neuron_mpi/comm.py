@@ -34,9 +34,8 @@ from .control import Control
 from .engine import make_engine
 from .errors import (CollectiveTimeoutError, CommunicatorFailedError,
                      InvalidArgumentError, NeuronMPIError, TopologyError, arg_error)
-from .executor import (CODES, NO_BOARD, NO_CLAIM, Execution, Plan, Scratch, SendRecvExecution,
-                       deadline_ns, make_buffers, native_args, pieces,
-                       retag_sendrecv, sendrecv_plan)
+from .executor import (CODES, NO_BOARD, Execution, Plan, Scratch, SendRecvExecution,
+                       make_buffers, native_args, pieces, retag_sendrecv, sendrecv_plan)
 from .kernels import dtype_name
 from .recorder import FlightRecorder
 from .schedule import CallRecord
@@ -96,6 +95,7 @@ class Handle:
 
 
 _DTYPE_STR: dict = {}
+_EMPTY_BYTES = np.empty(0, np.uint8)  # a receive's payload (it sends nothing)
 
 
 def _dtype_str(dtype) -> str:
@@ -355,7 +355,7 @@ class Communicator:
                        "sum" if reduce_op == "avg" else reduce_op, agreement, tr, scratch)
         ex.algorithm = algo
         if ran is not None:
-            ex.adopt(ran[2])  # go on from where the compiled run stopped
+            ex.adopt(*ran[2])  # go on from where the compiled run stopped
         if agreement is not None:
             agreement.execution = ex
 
@@ -400,9 +400,9 @@ class Communicator:
         thread, building no Execution or BoardAgreement (for a small call those and
         the general path cost more than its data). Returns None when the call does
         not qualify (nothing done: the general path runs it), else (done, result,
-        args): done, or the run's arguments and state, which the general path adopts
-        and finishes (a timeout, a mismatch, a piece of the wrong size, a channel to
-        copy aside). ``fp``: the call's fingerprint, None when nobody agrees."""
+        run): done, or the run's arguments (with its state) and the status it ended
+        with, which the general path adopts and finishes (a timeout, a mismatch, a
+        piece of the wrong size, a failed read, a channel to copy aside). ``fp``: the call's fingerprint, None when nobody agrees."""
         if not (type(x) is np.ndarray and x.flags.c_contiguous and x.flags.writeable):
             return None
         if out is not None and (type(out) is not np.ndarray or not out.flags.c_contiguous
@@ -424,24 +424,14 @@ class Communicator:
         args = native_args(eng.shm, sh.plan.native, xs, flags, x.reshape(-1).view(np.uint8),
                            result.reshape(-1).view(np.uint8), sc.tmp8, self._id, seq, sh.code,
                            board, pend)
-        eng.driving += 1
-        try:
-            eng._claim()  # (engine.drive, without its loop)
-            try:
-                if not eng.solo():  # something else in flight, or pieces set aside
-                    return None
-                status = native.exec_run(*args, NO_CLAIM, deadline_ns(deadline))
-            finally:
-                eng.lock.release()
-        finally:
-            eng.driving -= 1
-            if eng.background():
-                eng.agent.poke()
+        status = eng.run_alone(args, deadline)
+        if status is None:  # something else in flight, or pieces set aside
+            return None
         if status == native.DONE:
             if fp is not None:
                 ctl.turn_over(parity)
             return True, result, None
-        return False, result, args
+        return False, result, (args, status)
 
     def _agreement_failed(self, e, entry):
         """The agreement failed before any data moved: raise ``e`` on every member."""
@@ -859,26 +849,45 @@ class Communicator:
         ns, nr = self._p2p_sent.get(dst, 0), self._p2p_recv.get(src, 0)
         sxid, rxid = self._p2p_xid(self.rank, ns), self._p2p_xid(src, nr)
         key = ("p2p", dst, nsend, src, out.nbytes)
-        plan = self._plans.get(key)
-        if plan is None:
+        kept = self._plans.get(key)
+        if kept is None:
             plan = sendrecv_plan(eng, None if x is None else self._ranks[dst], sxid, nsend,
                                  self._ranks[src], rxid, out.nbytes)
+            sc = None if plan.native is None else Scratch(plan.native.max_flags, 0, np.uint8)
             if len(self._plans) > 64:
                 self._plans.clear()
-            self._plans[key] = plan
+            self._plans[key] = plan, sc
         else:
+            plan, sc = kept
             retag_sendrecv(plan, sxid, rxid)
         if plan.native is None:
             return False
-        payload = np.empty(0, np.uint8) if x is None else \
-            np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-        if payload.size and np.may_share_memory(payload, staging):
-            payload = payload.copy()  # the same memory both ways: send what it held
+        payload = _EMPTY_BYTES if x is None else (
+            x.reshape(-1).view(np.uint8) if type(x) is np.ndarray and x.flags.c_contiguous
+            else np.ascontiguousarray(x).reshape(-1).view(np.uint8))
+        if payload.size and np.may_share_memory(payload, staging) or \
+                not payload.flags.writeable:
+            # the same memory both ways: send what it held (read-only: the compiled
+            # run takes writeable arrays only, as Execution._bytes)
+            payload = payload.copy()
+        if x is not None:
+            self._p2p_sent[dst] = ns + 1
+        # alone in flight: one compiled run on this thread, no Execution (as
+        # _run_alone); sleeping on any ring (xs[5]), as the peer may send another size
+        xs, flags, pend = sc.zeroed()
+        xs[5] = 1
+        args = native_args(eng.shm, plan.native, xs, flags, payload, staging, sc.tmp8, self._id,
+                           0, 0, NO_BOARD, pend)
+        status = eng.run_alone(args, deadline)
+        if status == native.DONE:
+            self._p2p_recv[src] = nr + 1
+            self._received(src, out.nbytes, out, flat, staging)
+            return True
         op = "recv" if x is None else "sendrecv"
         ex = SendRecvExecution(eng, plan, make_buffers(payload, staging, 0, np.uint8),
                                self._id, op)
-        if x is not None:
-            self._p2p_sent[dst] = ns + 1
+        if status is not None:
+            ex.adopt(args, status)  # go on from where the compiled run stopped
 
         def expired():
             _, missing = ex.waiting_for()

@@ -33,6 +33,8 @@ from . import env
 from .kernels import atomics as A
 from .router import NextHops
 from .transport import Arrival, futex, private_arrival
+from .executor import NO_CLAIM, deadline_ns
+from .transport import native
 from .transport.native import CTL_ANY, CTL_COUNTING, TIMEOUT
 
 CENSUS_XID = -1_000_000  # the census's pieces: transfer CENSUS_XID - member
@@ -359,6 +361,25 @@ class Engine:
                 self.lock.acquire()
             finally:
                 A.fetch_add(self.claim, 0, -1)
+
+    def run_alone(self, args, deadline):
+        """A blocking call's whole compiled run (``args``: executor.native_args'
+        tuple) on the calling thread, with no Execution and no drive loop: the
+        status exec_run returned, or None (nothing run) when anything else is in
+        flight or set aside (``solo()``)."""
+        self.driving += 1
+        try:
+            self._claim()  # (drive(), without its loop)
+            try:
+                if not self.solo():
+                    return None
+                return native.exec_run(*args, NO_CLAIM, deadline_ns(deadline))
+            finally:
+                self.lock.release()
+        finally:
+            self.driving -= 1
+            if self.background():
+                self.agent.poke()
 
     def background(self) -> bool:
         """Work the agent must do while no caller drives: executions in flight,

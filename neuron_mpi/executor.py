@@ -277,6 +277,7 @@ class Execution:
         self.agreement = agreement  # control.BoardAgreement run before the first step
         self._nargs = None  # the compiled data plane's arguments (native plans)
         self._xs = self._flags = None
+        self._adopted = None  # the status of a lone run this execution took over
         self._scratch = scratch
         self.done = False
         self.error: BaseException | None = None
@@ -432,13 +433,21 @@ class Execution:
                                       board, self._pend)
         return self._nargs
 
-    def adopt(self, nargs) -> None:
+    def adopt(self, nargs, status) -> None:
         """Take over the state of a compiled run made before this object existed
-        (``native_args``' tuple: a blocking call's run_alone that the general path
-        must finish); the next run goes on from where that one stopped."""
+        (``native_args``' tuple: a blocking call's lone run, which the general path
+        must finish) and the status it ended with: the next run or pass acts on
+        that status first (a failed read, say, cannot be seen twice), then goes on
+        from where the run stopped."""
         self._nargs = nargs
         self._xs, self._flags, self._pend = nargs[11], nargs[12], nargs[-1]
+        self._adopted = status
         self.step = int(self._xs[0])
+
+    def _take_adopted(self):
+        """The adopted run's status, once (None: none left to act on)."""
+        status, self._adopted = self._adopted, None
+        return status
 
     @property
     def agreeing(self) -> bool:
@@ -489,7 +498,9 @@ class Execution:
     def _native_advance(self) -> bool:
         args = self._native_args()
         while True:
-            status, _ = native.exec_pass(*args)
+            status = self._take_adopted()
+            if status is None:
+                status, _ = native.exec_pass(*args)
             if status == native.PYTHON:
                 self._native_status(status)
                 continue
@@ -534,8 +545,10 @@ class Execution:
         """Run to the end on this thread (compiled, sleeping on the doorbell while it
         waits); returns transport.native's DONE, TIMEOUT, PYTHON or (``claim``: the
         engine's claim word, for the agent's runs) YIELDED."""
-        status = native.exec_run(*self._native_args(), NO_CLAIM if claim is None else claim,
-                                 deadline_ns(deadline))
+        status = self._take_adopted()
+        if status is None:
+            status = native.exec_run(*self._native_args(), NO_CLAIM if claim is None else claim,
+                                     deadline_ns(deadline))
         if status in (native.DONE, native.SIZE, native.MISMATCH, native.FAULT):
             self._native_status(status)
         else:

@@ -126,6 +126,60 @@ def test_a_lone_blocking_call_builds_no_execution(comm, monkeypatch):
     # (the blocking call runs alone if the agent has finished the async one first)
     assert_same(comm.all_reduce(x), want, "all_reduce beside an async one")
     assert_same(h.wait(), want, "the async all_reduce")
+    if n == 1:
+        return
+    # point to point: sendrecv and recv run alone too, where both peers share this
+    # rank's memory domain (a compiled plan); send posts eagerly and builds none
+    me, nxt, prv = comm.rank, (comm.rank + 1) % n, (comm.rank - 1) % n
+    y, got = np.full(7, me, np.float32), np.empty(7, np.float32)
+    comm.barrier()
+    made.clear()
+    assert comm.sendrecv(y, nxt, got, prv) is got
+    assert_same(got, np.full(7, prv, np.float32), "sendrecv")
+    plan, _ = comm._plans[("p2p", nxt, y.nbytes, prv, got.nbytes)]
+    # compiled and alone (no MPI transport in this engine, as solo() asks): no
+    # Execution; compiled beside MPI: a SendRecvExecution; not compiled: send, recv
+    alone = plan.native is not None and comm._engine.mpi is None
+    assert made == ([] if alone else ["sendrecv"] if plan.native is not None else []), made
+    made.clear()
+    comm.send(y + 1, nxt)
+    comm.recv(got, prv)
+    assert_same(got, np.full(7, prv + 1, np.float32), "send, then recv")
+    plan, _ = comm._plans[("p2p", None, -1, prv, got.nbytes)]
+    assert made == ([] if alone else ["recv"] if plan.native is not None else []), made
+
+
+def test_a_failed_read_in_a_lone_call_is_raised_at_once(comm, monkeypatch):
+    """A blocking call run alone whose read of a piece from its sender's buffer
+    fails reports that read (the general path acts on the status the lone run
+    ended with) at once, not after its timeout."""
+    import time
+
+    from neuron_mpi.transport import native
+
+    monkeypatch.setenv("NEURON_MPI_CHECK", "0")  # no agreement: rank 0 goes ahead
+    sub = comm.split([list(range(comm.size))])
+    eng = comm._engine
+    reads = sub.size > 1 and eng.shm is not None and eng.mpi is None and \
+        int(eng.shm.g[native.G_PULL]) > 0 and eng.shm.reaches(sub._ranks[1])
+    x = np.ones(64 * 1024, np.float32)  # one piece of 256 KiB, left in rank 0's buffer
+    if reads and sub.rank == 0:
+        g = eng.shm.g
+        pid = int(g[native.G_PID])
+        g[native.G_PID] = 2 ** 22 + 12345  # above pid_max: the read fails (ESRCH)
+        try:
+            sub.permute(x, [[0, 1]], timeout=20.0)  # done once rank 1 has given up
+        finally:
+            g[native.G_PID] = pid
+    elif reads and sub.rank == 1:
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError, match="from rank 0's buffer failed \\(errno 3"):
+            sub.permute(x, [[0, 1]], timeout=20.0)
+        assert time.monotonic() - t0 < 10
+    comm.barrier()
+    monkeypatch.delenv("NEURON_MPI_CHECK")
+    xs, want = _sum_input(comm, "after-failed-read", 4)
+    assert_same(comm.all_reduce(xs), want, "the session's communicator still works")
 
 
 def test_environment_algorithm_read_at_every_call_of_one_shape(comm, monkeypatch):

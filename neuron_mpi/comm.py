@@ -756,7 +756,10 @@ class Communicator:
                 f"send (message {n} to rank {dst}) timed out after {seconds:g} s waiting for "
                 f"rank {hop} to take it over {link}")
         try:
-            eng.drive(posted, deadline, expired)
+            with eng.held():  # every piece posted at once (room at the first hop):
+                sent = posted()  # done, without a pass of the drive loop
+            if not sent:
+                eng.drive(posted, deadline, expired)
         except CollectiveTimeoutError as e:
             with eng.held():
                 for w in waiting:

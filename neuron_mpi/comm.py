@@ -402,7 +402,8 @@ class Communicator:
         not qualify (nothing done: the general path runs it), else (done, result,
         run): done, or the run's arguments (with its state) and the status it ended
         with, which the general path adopts and finishes (a timeout, a mismatch, a
-        piece of the wrong size, a failed read, a channel to copy aside). ``fp``: the call's fingerprint, None when nobody agrees."""
+        piece of the wrong size, a failed read, a channel to copy aside). ``fp``: the
+        call's fingerprint, None when nobody agrees."""
         if not (type(x) is np.ndarray and x.flags.c_contiguous and x.flags.writeable):
             return None
         if out is not None and (type(out) is not np.ndarray or not out.flags.c_contiguous

@@ -30,11 +30,10 @@ import numpy as np
 from mpi4py import MPI
 
 from . import env
+from .executor import NO_CLAIM, deadline_ns
 from .kernels import atomics as A
 from .router import NextHops
-from .transport import Arrival, futex, private_arrival
-from .executor import NO_CLAIM, deadline_ns
-from .transport import native
+from .transport import Arrival, futex, native, private_arrival
 from .transport.native import CTL_ANY, CTL_COUNTING, TIMEOUT
 
 CENSUS_XID = -1_000_000  # the census's pieces: transfer CENSUS_XID - member

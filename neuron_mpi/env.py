@@ -40,6 +40,7 @@ VARIABLES = {
     "NEURON_MPI_TRACE_DIR": "recorder_dir()",
     "NEURON_MPI_TRACE_DEPTH": "recorder_depth()",
     "NEURON_MPI_BENCH_CORRUPT": "bench_corrupt()",
+    "NEURON_MPI_AOT": "aot()",
 }
 
 #: what MPI launchers set: a rank (Open MPI, PMIx, MPICH / Intel MPI) ...
@@ -239,6 +240,12 @@ def bench_corrupt() -> bool:
 
 
 # --- the launcher's and torch's variables -----------------------------------------------
+def aot() -> bool:
+    """NEURON_MPI_AOT (default on): load the data plane built ahead of time
+    (kernels.aot) when there is one for this source; 0 compiles it with numba."""
+    return _flag("NEURON_MPI_AOT", True)
+
+
 def launcher_rank() -> int | None:
     """This process's rank as the MPI launcher set it (before MPI starts), else None."""
     for k in LAUNCHER_RANK:

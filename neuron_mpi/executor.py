@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from . import kernels
-from .kernels.bytes import CODES
+from .kernels.codes import CODES
 from .schedule import IN, OUT, TMP, Locals, Round
 from .transport import native
 

@@ -48,6 +48,7 @@ CASES = [
      InvalidArgumentError),
     (env.bench_corrupt, "NEURON_MPI_BENCH_CORRUPT", False, ("1", True), "yes please",
      InvalidArgumentError),
+    (env.aot, "NEURON_MPI_AOT", True, ("0", False), "maybe", InvalidArgumentError),
 ]
 IDS = [c[1] for c in CASES]
 

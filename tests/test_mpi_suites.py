@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ ALL = ("test_mpi_collectives.py", "test_mpi_api.py", "test_mpi_validation.py",
 # variables of ours that must not leak in from the caller's environment
 _SCRUB = ("NEURON_MPI_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_MPI_NODES",
           "NEURON_MPI_ALGO", "NEURON_MPI_TIMEOUT", "NEURON_MPI_CHECK", "NEURON_MPI_TEST_STRICT",
-          "NEURON_MPI_STRICT",
+          "NEURON_MPI_STRICT", "NEURON_MPI_AOT",
           "NEURON_MPI_TRANSPORT", "NEURON_MPI_SHM", "NEURON_MPI_SHM_SLOTS",
           "NEURON_MPI_SHM_SLOT_KIB",
           "NEURON_MPI_TEST_LEVEL", "NEURON_MPI_TEST_BATCH", "NEURON_MPI_TRACE")
@@ -208,6 +209,11 @@ def test_user_program(ranks, instance):
     print(f"program_check: {ranks} ranks of {instance}, {secs:.1f} s, exit {rc}")
     assert rc == 0, f"exit {rc}\n{_tail(out)}"
     assert f"program_check OK: {ranks} ranks on {instance}" in out, _tail(out)
+    # where a C compiler is (kernels.aot builds with it; the warm-up above built it),
+    # ranks load the data plane built ahead of time and never import numba
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(cc):
+        assert "data plane built ahead of time: yes; numba imported: no" in out, _tail(out)
 
 
 def test_suites_skip_without_mpi():

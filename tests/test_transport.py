@@ -15,7 +15,7 @@ from neuron_mpi.kernels import DTYPES, REDUCE_OPS, reduce_into
 from neuron_mpi.kernels.bytes import CODES, reduce_bytes
 from neuron_mpi.router import NextHops
 from neuron_mpi.topology import Topology
-from neuron_mpi.transport import futex, native
+from neuron_mpi.transport import futex, native, plane
 from neuron_mpi.transport.segment import SHM_DIR, Segment
 from neuron_mpi.transport.shm import ShmTransport
 
@@ -273,9 +273,9 @@ def test_piece_rings_wake_a_counting_sleeper_only_at_its_count():
 
 def test_wake_count_survives_the_doorbell_wrapping():
     top, bottom = (1 << 31) - 1, -(1 << 31)
-    assert native._reached(bottom, top)       # one ring past the top wraps to the bottom
-    assert not native._reached(top, bottom)
-    assert native._reached(5, 5) and native._reached(6, 5) and not native._reached(4, 5)
+    assert plane._reached(bottom, top)       # one ring past the top wraps to the bottom
+    assert not plane._reached(top, bottom)
+    assert plane._reached(5, 5) and plane._reached(6, 5) and not plane._reached(4, 5)
 
 
 def _one_transfer(n, direct=1, reduce=0, pull=1):
@@ -458,7 +458,7 @@ def test_the_last_arrival_wakes_a_python_sleeper_on_the_board(last):
         g = native.geometry(lay, 1, 1)
         xs = np.zeros(6, np.int64)
         xs[3] = 1
-        assert native._agreement(seg8, g, xs, counter, peer.tables[0], 1, 2, row, target,
+        assert plane._agreement(seg8, g, xs, counter, peer.tables[0], 1, 2, row, target,
                                  bells) == native.DONE
     t.join(5)
     assert got == [True] and counter[1] == 0
@@ -475,9 +475,9 @@ def test_the_compiled_data_plane_counts_no_references(tmp_path):
     import sys
 
     code = (
-        "from neuron_mpi.transport import native\n"
-        "native.warm()\n"
-        "for f in (native.exec_run, native.exec_pass, native.read_slot, native.post):\n"
+        "from neuron_mpi.transport import native, plane\n"
+        "native.warm(plane)\n"
+        "for f in (plane.exec_run, plane.exec_pass, plane.read_slot, plane.post):\n"
         "    (ir,) = f.inspect_llvm().values()\n"
         "    print(f.__name__, ir.count('@NRT_'), ir.count('@NRT_incref'))\n")
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))

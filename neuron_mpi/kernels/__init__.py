@@ -8,8 +8,19 @@ against NumPy / ml_dtypes, for the 14 data types a collective can carry.
     warm()                      compile or load every specialisation
 """
 from .dtypes import DTYPES, REDUCE_OPS, canonical_dtype, dtype_name
-from .reduce import divide_into, reduce_into, reducer, warm
 from .reference import divide_into_ref, reduce_into_ref
+
+_COMPILED = ("divide_into", "reduce_into", "reducer", "warm")
+
+
+def __getattr__(name):
+    """The numba kernels are imported at their first use: a rank whose data plane
+    was built ahead of time (kernels.aot) may never need numba at all."""
+    if name in _COMPILED:
+        from . import reduce
+
+        return getattr(reduce, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["DTYPES", "dtype_name", "canonical_dtype", "REDUCE_OPS",
            "reduce_into", "reduce_into_ref", "divide_into", "divide_into_ref", "reducer",

@@ -1,143 +1,72 @@
-"""Atomic operations on integer words of (shared) numpy arrays, for the
-shared-memory transport: doorbell counters, the link ledger and the boards.
-
-numba has no atomics on array elements, so each one is an LLVM instruction
-emitted by an intrinsic (``atomicrmw``, ``cmpxchg``, atomic ``load``/``store``,
-all sequentially consistent) and wrapped in a small ``njit`` function:
+"""Atomic operations on integer words of (shared) numpy arrays, for Python callers
+(the engine's doorbells and claim word, the link ledger, the boards):
 
     fetch_add(a, i, v)          old = a[i]; a[i] += v     (atomically) -> old
     add_many(a, idx, vals)      a[idx[k]] += vals[k] for every k, each atomic
     compare_exchange(a, i, e, n) if a[i] == e: a[i] = n   (atomically) -> old
     load(a, i) / store(a, i, v) sequentially consistent load and store
 
-``a`` is a 1-D C-contiguous int32 or int64 array (a view into an mmap works).
+``a`` is a 1-D C-contiguous int32 or int64 array (a view into an mmap works);
+``add_many`` takes int64 arrays. They come from the module built ahead of time
+(kernels.aot) when there is one, else from numba (kernels/atomic_ops.py, which
+also holds the intrinsics compiled code uses).
 """
 from __future__ import annotations
 
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
-
-from .llvm_ops import JIT_OPTIONS
-
-_INTS = (types.int32, types.int64)
+import sys
 
 
-def _ptr(context, builder, arrty, arr, idx):
-    ary = context.make_array(arrty)(context, builder, arr)
-    return cgutils.get_item_pointer(context, builder, arrty, ary, [idx], wraparound=False)
+def _bind():
+    from . import aot
+
+    impl = aot.load()
+    if impl is None:
+        from . import atomic_ops as impl
+
+        return impl.fetch_add, impl.fetch_add, impl.compare_exchange, \
+            impl.compare_exchange, impl.load, impl.load, impl.store, impl.store, impl.add_many
+    return impl.fetch_add_i32, impl.fetch_add_i64, impl.compare_exchange_i32, \
+        impl.compare_exchange_i64, impl.load_i32, impl.load_i64, impl.store_i32, \
+        impl.store_i64, impl.add_many
 
 
-def _int_array(arrty):
-    return (isinstance(arrty, types.Array) and arrty.ndim == 1 and arrty.dtype in _INTS)
+(_fetch_add32, _fetch_add64, _cas32, _cas64, _load32, _load64, _store32, _store64,
+ add_many) = _bind()
 
 
-@intrinsic
-def _fetch_add(typingctx, arr, idx, val):
-    if not (_int_array(arr) and isinstance(idx, types.Integer)
-            and isinstance(val, types.Integer)):
-        return None
-    dt = arr.dtype
-
-    def codegen(context, builder, sig, args):
-        a, i, v = args
-        i = context.cast(builder, i, sig.args[1], types.intp)
-        v = context.cast(builder, v, sig.args[2], dt)
-        ptr = _ptr(context, builder, sig.args[0], a, i)
-        return builder.atomic_rmw("add", ptr, v, "seq_cst")
-
-    return dt(arr, idx, val), codegen
-
-
-@intrinsic
-def _cmpxchg(typingctx, arr, idx, expected, new):
-    if not (_int_array(arr) and isinstance(idx, types.Integer)
-            and isinstance(expected, types.Integer) and isinstance(new, types.Integer)):
-        return None
-    dt = arr.dtype
-
-    def codegen(context, builder, sig, args):
-        a, i, e, n = args
-        i = context.cast(builder, i, sig.args[1], types.intp)
-        e = context.cast(builder, e, sig.args[2], dt)
-        n = context.cast(builder, n, sig.args[3], dt)
-        ptr = _ptr(context, builder, sig.args[0], a, i)
-        pair = builder.cmpxchg(ptr, e, n, "seq_cst", "seq_cst")
-        return builder.extract_value(pair, 0)
-
-    return dt(arr, idx, expected, new), codegen
-
-
-@intrinsic
-def _load(typingctx, arr, idx):
-    if not (_int_array(arr) and isinstance(idx, types.Integer)):
-        return None
-    dt = arr.dtype
-
-    def codegen(context, builder, sig, args):
-        a, i = args
-        i = context.cast(builder, i, sig.args[1], types.intp)
-        ptr = _ptr(context, builder, sig.args[0], a, i)
-        return builder.load_atomic(ptr, "seq_cst", dt.bitwidth // 8)
-
-    return dt(arr, idx), codegen
-
-
-@intrinsic
-def _store(typingctx, arr, idx, val):
-    if not (_int_array(arr) and isinstance(idx, types.Integer)
-            and isinstance(val, types.Integer)):
-        return None
-    dt = arr.dtype
-
-    def codegen(context, builder, sig, args):
-        a, i, v = args
-        i = context.cast(builder, i, sig.args[1], types.intp)
-        v = context.cast(builder, v, sig.args[2], dt)
-        ptr = _ptr(context, builder, sig.args[0], a, i)
-        builder.store_atomic(v, ptr, "seq_cst", dt.bitwidth // 8)
-        return context.get_dummy_value()
-
-    return types.void(arr, idx, val), codegen
-
-
-@njit(**JIT_OPTIONS)
 def fetch_add(a, i, v):
-    return _fetch_add(a, i, v)
+    return (_fetch_add32 if a.itemsize == 4 else _fetch_add64)(a, i, v)
 
 
-@njit(**JIT_OPTIONS)
-def add_many(a, idx, vals):
-    for k in range(idx.size):
-        _fetch_add(a, idx[k], vals[k])
-
-
-@njit(**JIT_OPTIONS)
 def compare_exchange(a, i, expected, new):
-    return _cmpxchg(a, i, expected, new)
+    return (_cas32 if a.itemsize == 4 else _cas64)(a, i, expected, new)
 
 
-@njit(**JIT_OPTIONS)
 def load(a, i):
-    return _load(a, i)
+    return (_load32 if a.itemsize == 4 else _load64)(a, i)
 
 
-@njit(**JIT_OPTIONS)
 def store(a, i, v):
-    _store(a, i, v)
+    (_store32 if a.itemsize == 4 else _store64)(a, i, v)
 
 
-def warm() -> int:
-    """Compile or load every specialisation the transport uses; returns how many."""
+def warm(jit: bool = False) -> int:
+    """Call every specialisation the transport uses once (numba compiles them, or
+    loads them from its cache); returns how many. ``jit``: numba's even when a module
+    built ahead of time is bound here."""
     import numpy as np
 
+    if jit:
+        from . import atomic_ops as f
+    else:
+        f = sys.modules[__name__]
     n = 0
     for dt in (np.int32, np.int64):
         a = np.zeros(2, dt)
-        fetch_add(a, 0, 1)
-        compare_exchange(a, 0, 1, 2)
-        load(a, 0)
-        store(a, 1, 3)
+        f.fetch_add(a, 0, 1)
+        f.compare_exchange(a, 0, 1, 2)
+        f.load(a, 0)
+        f.store(a, 1, 3)
         n += 4
-    add_many(np.zeros(2, np.int64), np.zeros(1, np.int64), np.ones(1, np.int64))
+    f.add_many(np.zeros(2, np.int64), np.zeros(1, np.int64), np.ones(1, np.int64))
     return n + 1

@@ -18,70 +18,8 @@ from numba.extending import intrinsic
 
 from . import bf16, fp8, fp16
 from . import native as nt
+from .codes import CODES  # noqa: F401  (reduce_bytes' codes, re-exported)
 from .llvm_ops import JIT_OPTIONS
-
-#: (op, dtype name) -> the code reduce_bytes takes
-CODES: dict[tuple[str, str], int] = {}
-
-_ORDER = (
-    ('sum', 'fp32'),
-    ('prod', 'fp32'),
-    ('max', 'fp32'),
-    ('min', 'fp32'),
-    ('sum', 'fp64'),
-    ('prod', 'fp64'),
-    ('max', 'fp64'),
-    ('min', 'fp64'),
-    ('sum', 'int8'),
-    ('prod', 'int8'),
-    ('max', 'int8'),
-    ('min', 'int8'),
-    ('sum', 'uint8'),
-    ('prod', 'uint8'),
-    ('max', 'uint8'),
-    ('min', 'uint8'),
-    ('sum', 'int16'),
-    ('prod', 'int16'),
-    ('max', 'int16'),
-    ('min', 'int16'),
-    ('sum', 'uint16'),
-    ('prod', 'uint16'),
-    ('max', 'uint16'),
-    ('min', 'uint16'),
-    ('sum', 'int32'),
-    ('prod', 'int32'),
-    ('max', 'int32'),
-    ('min', 'int32'),
-    ('sum', 'uint32'),
-    ('prod', 'uint32'),
-    ('max', 'uint32'),
-    ('min', 'uint32'),
-    ('sum', 'int64'),
-    ('prod', 'int64'),
-    ('max', 'int64'),
-    ('min', 'int64'),
-    ('sum', 'uint64'),
-    ('prod', 'uint64'),
-    ('max', 'uint64'),
-    ('min', 'uint64'),
-    ('sum', 'bf16'),
-    ('prod', 'bf16'),
-    ('max', 'bf16'),
-    ('min', 'bf16'),
-    ('sum', 'fp16'),
-    ('prod', 'fp16'),
-    ('max', 'fp16'),
-    ('min', 'fp16'),
-    ('sum', 'fp8_e4m3'),
-    ('prod', 'fp8_e4m3'),
-    ('max', 'fp8_e4m3'),
-    ('min', 'fp8_e4m3'),
-    ('sum', 'fp8_e5m2'),
-    ('prod', 'fp8_e5m2'),
-    ('max', 'fp8_e5m2'),
-    ('min', 'fp8_e5m2'),
-)
-CODES.update({k: i for i, k in enumerate(_ORDER)})
 
 
 @njit(**JIT_OPTIONS)

@@ -89,11 +89,13 @@ def warm() -> int:
     plane's).  Run it once before starting many ranks so that they all load from
     the cache.
     """
-    from neuron_mpi.transport import native
+    from neuron_mpi.transport import native, plane
 
-    from . import atomics
+    from . import aot, atomics
 
-    count = atomics.warm() + native.warm()
+    # numba's own (cached for NEURON_MPI_AOT=0), then the module built ahead of time
+    count = atomics.warm(jit=True) + native.warm(plane)
+    aot.build()
     for dt in DTYPES.values():
         for op in REDUCE_OPS:
             reduce_into(np.zeros(1, dt), np.zeros(1, dt), op)
@@ -105,11 +107,10 @@ def warm() -> int:
 
 def jit_kernels() -> list:
     """Every numba dispatcher used by reduce_into and divide_into, and the atomics."""
-    from . import atomics
+    from . import atomic_ops as ops
 
     seen: dict[int, object] = {id(f): f for f in (
-        atomics.fetch_add, atomics.add_many, atomics.compare_exchange, atomics.load,
-        atomics.store)}
+        ops.fetch_add, ops.add_many, ops.compare_exchange, ops.load, ops.store)}
     for kernel, _ in _REDUCE.values():
         seen.setdefault(id(kernel), kernel)
     for kernel, _, _ in _DIVIDE.values():

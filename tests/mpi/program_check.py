@@ -51,7 +51,12 @@ def main() -> int:
         print(f"[rank {me}] {p}", file=sys.stderr, flush=True)
     ok = comm.all_gather(np.array([0 if problems else 1], np.int32))
     if me == 0 and ok.all():
-        print(f"program_check OK: {n} ranks on {comm.topology.instance}", flush=True)
+        from neuron_mpi.transport import native
+
+        aot = native.IMPL.__name__.startswith("_neuron_mpi_plane_")
+        print(f"program_check OK: {n} ranks on {comm.topology.instance}; data plane built "
+              f"ahead of time: {'yes' if aot else 'no'}; numba imported: "
+              f"{'yes' if 'numba' in sys.modules else 'no'}", flush=True)
     return 0 if ok.all() else 1
 
 

@@ -650,4 +650,13 @@ def make_engine(world: MPI.Comm, topo) -> Engine:
     agreed1 = np.empty_like(all_local)
     comm.Allreduce(all_local, agreed1, op=MPI.MIN)
     mpi = None if agreed1[0] == 1 else MpiTransport(comm)
+    if mpi is not None or shm is None:
+        # pieces over MPI are reduced on the Python path, with numba's kernels: start
+        # numba now (its import and CPU target: about 0.3 CPU s a rank), as init
+        # always did, not in the middle of a rank's first call or of its agent's
+        # progress. Only a rank whose traffic stays on its compiled data plane goes
+        # without numba
+        from .kernels import reduce
+
+        reduce.reduce_into(np.zeros(1, np.float32), np.zeros(1, np.float32), "sum")
     return Engine(comm, topo, piece, shm, mpi)

@@ -487,3 +487,32 @@ def test_the_compiled_data_plane_counts_no_references(tmp_path):
     rows = [line.split() for line in out.stdout.splitlines()]
     assert [r[0] for r in rows] == ["exec_run", "exec_pass", "read_slot", "post"]
     assert all(r[1:] == ["0", "0"] for r in rows), out.stdout
+
+
+def test_a_damaged_build_ahead_of_time_falls_back_to_numba(tmp_path):
+    """kernels.aot.load() returns None for a file it cannot load (and the data plane
+    is then numba's), and NEURON_MPI_AOT=0 never loads one."""
+    import subprocess
+    import sys
+
+    code = (
+        "from neuron_mpi.kernels import aot\n"
+        "p = aot.path(); p.parent.mkdir(parents=True); p.write_bytes(b'not a module')\n"
+        "from neuron_mpi.transport import native\n"
+        "print(aot.load() is None, native.IMPL.__name__)\n")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    env.pop("NEURON_MPI_AOT", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "neuron_mpi.transport.plane"], out.stdout
+    # the suite's own cache, where the warm-up built the module: not loaded either
+    env["NEURON_MPI_AOT"] = "0"
+    env["NUMBA_CACHE_DIR"] = os.environ.get("NUMBA_CACHE_DIR", str(tmp_path))
+    code = ("from neuron_mpi.kernels import aot\n"
+            "from neuron_mpi.transport import native\n"
+            "print(aot.load() is None, native.IMPL.__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "neuron_mpi.transport.plane"], out.stdout

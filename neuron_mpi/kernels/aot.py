@@ -91,9 +91,12 @@ def load():
         mod = None
         p = path()
         if env.aot() and p.is_file():
-            spec = importlib.util.spec_from_file_location(name(), p)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
+            try:
+                spec = importlib.util.spec_from_file_location(name(), p)
+                mod = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(mod)
+            except (ImportError, OSError):  # a damaged build: numba compiles instead
+                mod = None
         _LOADED.append(mod)
     return _LOADED[0]
 

@@ -92,7 +92,7 @@ def load():
         p = path()
         if env.aot() and p.is_file():
             try:
-                spec = importlib.util.spec_from_file_location(name(), p)
+                spec = importlib.util.spec_from_file_location(p.name.split(".")[0], p)
                 mod = importlib.util.module_from_spec(spec)
                 spec.loader.exec_module(mod)
             except (ImportError, OSError):  # a damaged build: numba compiles instead
@@ -134,7 +134,7 @@ def build() -> Path | None:
     pycc.Flags = Flags
     try:
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            cc = CC(name())
+            cc = CC(target.name.split(".")[0])
             cc.output_dir = tmp
             cc.verbose = False
             for exported, (mod, fn, sig) in EXPORTS.items():

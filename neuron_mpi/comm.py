@@ -189,8 +189,9 @@ class Communicator:
         plan = self._plans.get(key)
         if plan is None:
             sched = schedule_for(self._view, op, algorithm, sizes, avg, extra)
-            plan = Plan(sched, self._view, self.rank, dtype.itemsize, self._engine.piece_bytes,
-                        None if traced else self._engine, dtype_name(dtype))
+            eng = self._engine
+            plan = Plan(sched, self._view, self.rank, dtype.itemsize, eng.piece_bytes,
+                        None if traced else eng, dtype_name(dtype), cut=eng.piece_for)
             plan.record = CallRecord(op, algorithm, sched, dtype.itemsize)
             if len(self._plans) > 64:
                 self._plans.clear()
@@ -736,7 +737,7 @@ class Communicator:
         payload = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
         eng = self._engine
         to = self._ranks[dst]
-        per = eng.piece_bytes
+        per = eng.piece_for(self.world_rank, to)
         waiting: list = []
 
         def posted():
@@ -778,7 +779,7 @@ class Communicator:
             return out
         n = self._p2p_recv.get(src, 0)
         eng = self._engine
-        per = eng.piece_bytes
+        per = eng.piece_for(self._ranks[src], self.world_rank)
         tag = (self._id, 0, self._p2p_xid(src, n))
         state = {"total": None, "next": 0, "todo": None}
 

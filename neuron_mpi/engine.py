@@ -111,11 +111,16 @@ class _Held:
 
 
 class Engine:
-    def __init__(self, comm: MPI.Comm, topo, piece_bytes: int, shm=None, mpi=None):
+    def __init__(self, comm: MPI.Comm, topo, piece_bytes: int, shm=None, mpi=None,
+                 read_piece: int = 0):
         self.comm = comm
         self.rank = comm.Get_rank()
         self.topo = topo
         self.piece_bytes = piece_bytes
+        # pieces of a copied transfer inside this domain, read from the sender's
+        # buffer (no slot space): see piece_for(); 0: every piece is piece_bytes
+        self.read_piece = read_piece if read_piece > piece_bytes else 0
+        self._piece_for: dict[tuple[int, int], int] = {}
         self.shm = shm
         self.mpi = mpi
         self.transports = [t for t in (shm, mpi) if t is not None]
@@ -154,10 +159,26 @@ class Engine:
         self.agent.start()
 
     # --- sending --------------------------------------------------------------------
+    def piece_for(self, src: int, dst: int) -> int:
+        """Bytes per piece of a transfer from world rank ``src`` to ``dst`` that its
+        receiver copies (a reduced one is always cut at ``piece_bytes``): larger
+        (``read_piece``) when the whole route stays in this domain, where every rank
+        publishes such pieces for their receivers to read (make_engine). Both ends
+        of a transfer compute the same value."""
+        if not self.read_piece:
+            return self.piece_bytes
+        key = (src, dst)
+        per = self._piece_for.get(key)
+        if per is None:
+            shm = self.hops.shm
+            inside = src != dst and all(r in shm for r in self.topo.route(src, dst))
+            per = self._piece_for[key] = self.read_piece if inside else self.piece_bytes
+        return per
+
     def send(self, key, dst: int, payload: np.ndarray, total: int,
              origin: int | None = None) -> Pending | None:
-        """Move one piece (a contiguous uint8 array of at most ``piece_bytes``)
-        towards world rank ``dst``. Returns None once it is posted (its bytes are
+        """Move one piece (a contiguous uint8 array of at most ``piece_for(origin,
+        dst)`` bytes) towards world rank ``dst``. Returns None once it is posted (its bytes are
         copied out of ``payload``), or a Pending the engine posts later. Call with
         the lock held."""
         origin = self.rank if origin is None else origin
@@ -619,14 +640,15 @@ def make_engine(world: MPI.Comm, topo) -> Engine:
     comm = world.Dup()
     kind = env.transport()
     slots, kib, read_kib = env.shm_slots(), env.shm_slot_kib(), env.shm_read_kib()
-    # the piece size must be the same on every rank: take the largest asked for; the
+    # the piece sizes must be the same on every rank: take the largest asked for; the
     # probe for reads runs (collectively) if any rank asks for them, and each rank
     # then publishes readable pieces from its own threshold (receivers take both kinds)
-    want = np.array([slots, kib, read_kib], np.int64)
+    want = np.array([slots, kib, read_kib, env.shm_read_piece_kib()], np.int64)
     agreed = np.empty_like(want)
     comm.Allreduce(want, agreed, op=MPI.MAX)
     slots, kib, anyone_reads = int(agreed[0]), int(agreed[1]), int(agreed[2]) > 0
     piece = kib * 1024
+    read_piece = 0
     shm = None
     rank = comm.Get_rank()
     if kind == "auto" and futex.available():
@@ -642,8 +664,16 @@ def make_engine(world: MPI.Comm, topo) -> Engine:
             seg = Segment(dom, members.tolist(), topo.size, slots, piece)
             shm = ShmTransport(seg, rank, env.shm_spin())
             _load_data_plane(dom)
-            if anyone_reads and _can_read_each_other(dom) and read_kib:
+            reads = anyone_reads and _can_read_each_other(dom) and read_kib > 0
+            if reads:
                 shm.enable_reads(read_kib * 1024)
+            # pieces larger than a slot only where every rank of the domain publishes
+            # all of them for reading (its threshold is at most a slot)
+            ok = np.array([1 if reads and read_kib * 1024 <= piece else 0], np.int64)
+            every = np.empty_like(ok)
+            dom.Allreduce(ok, every, op=MPI.MIN)
+            if every[0]:
+                read_piece = int(agreed[3]) * 1024
         dom.Free()
     everyone_local = shm is not None and len(shm.members) == topo.size
     all_local = np.array([1 if everyone_local else 0], np.int64)
@@ -659,4 +689,4 @@ def make_engine(world: MPI.Comm, topo) -> Engine:
         from .kernels import reduce
 
         reduce.reduce_into(np.zeros(1, np.float32), np.zeros(1, np.float32), "sum")
-    return Engine(comm, topo, piece, shm, mpi)
+    return Engine(comm, topo, piece, shm, mpi, read_piece)

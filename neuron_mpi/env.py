@@ -35,6 +35,7 @@ VARIABLES = {
     "NEURON_MPI_SHM_SLOTS": "shm_slots()",
     "NEURON_MPI_SHM_SLOT_KIB": "shm_slot_kib()",
     "NEURON_MPI_SHM_READ_KIB": "shm_read_kib()",
+    "NEURON_MPI_SHM_READ_PIECE_KIB": "shm_read_piece_kib()",
     "NEURON_MPI_SHM_SPIN": "shm_spin()",
     "NEURON_MPI_TRACE": "trace_dir()",
     "NEURON_MPI_TRACE_DIR": "recorder_dir()",
@@ -206,6 +207,15 @@ def shm_read_kib() -> int:
     copies (not reduces) it reads straight from the sender's buffer, one copy
     instead of two through a slot (process_vm_readv); 0: never (default 64)."""
     return _nonnegative_int("NEURON_MPI_SHM_READ_KIB", 64)
+
+
+def shm_read_piece_kib() -> int:
+    """NEURON_MPI_SHM_READ_PIECE_KIB: the piece size, in KiB, of a transfer whose
+    receiver copies it (does not reduce it) and shares the sender's domain, where
+    every rank of the domain reads pieces from their senders' buffers: such pieces
+    take no landing-slot space, so they need not be cut at the slot size (default
+    4096; at most the slot size: cut at the slot size)."""
+    return _positive_int("NEURON_MPI_SHM_READ_PIECE_KIB", 4096)
 
 
 def shm_spin() -> int:

@@ -159,10 +159,16 @@ class Plan:
     ranks as peers, transfer ids positional over the whole schedule)."""
 
     def __init__(self, schedule, view, me: int, itemsize: int = 1, piece_bytes: int = 1 << 18,
-                 engine=None, dtype_name: str = "", control: bool = False):
+                 engine=None, dtype_name: str = "", control: bool = False, cut=None):
         """``control``: the control plane's own traffic (the routed agreement), which
-        the link ledger does not count: link_stats() is the user's traffic."""
-        per = max(1, piece_bytes // max(1, itemsize))
+        the link ledger does not count: link_stats() is the user's traffic. ``cut``:
+        bytes per piece of a copied (not reduced) transfer between two world ranks
+        (``Engine.piece_for``, also the default with an ``engine``); reduced
+        transfers, and all without either, are cut at ``piece_bytes``."""
+        size = max(1, itemsize)
+        per = max(1, piece_bytes // size)
+        if cut is None and engine is not None:
+            cut = engine.piece_for
         self.steps = []
         xid = 0
         for step in schedule.steps:
@@ -173,13 +179,18 @@ class Plan:
             elif isinstance(step, Round):
                 sends, recvs = [], []
                 for x in step.xfers:
+                    if x.src != me and x.dst != me:
+                        xid += 1
+                        continue
+                    each = per if x.reduce or cut is None else \
+                        max(1, cut(view.ranks[x.src], view.ranks[x.dst]) // size)
                     if x.src == me:
                         total = x.count * itemsize
-                        for p, (o, n) in enumerate(pieces(x.count, per)):
+                        for p, (o, n) in enumerate(pieces(x.count, each)):
                             sends.append(Send(xid, p, view.ranks[x.dst], x.src_buf,
                                               x.src_off + o, n, total, x.reduce))
                     if x.dst == me:
-                        for p, (o, n) in enumerate(pieces(x.count, per)):
+                        for p, (o, n) in enumerate(pieces(x.count, each)):
                             recvs.append(Recv(xid, p, view.ranks[x.src], x.dst_buf,
                                               x.dst_off + o, n, x.reduce, x.count * itemsize))
                     xid += 1
@@ -199,13 +210,14 @@ def sendrecv_plan(engine, dst: int, sxid: int, nsend: int, src: int, rxid: int,
     alone), and ``nrecv`` bytes from world rank ``src`` into OUT as transfer
     ``rxid``. Compiled (``.native``) only when both directions stay in this rank's
     shared-memory domain and neither is this rank itself."""
-    per = engine.piece_bytes
+    me = engine.rank
     plan = Plan.__new__(Plan)
     plan.steps = [("round", RoundStep(
         [] if dst is None else
-        [Send(sxid, p, dst, IN, o, n, nsend) for p, (o, n) in enumerate(pieces(nsend, per))],
+        [Send(sxid, p, dst, IN, o, n, nsend)
+         for p, (o, n) in enumerate(pieces(nsend, engine.piece_for(me, dst)))],
         [Recv(rxid, p, src, OUT, o, n, False, nrecv)
-         for p, (o, n) in enumerate(pieces(nrecv, per))]))]
+         for p, (o, n) in enumerate(pieces(nrecv, engine.piece_for(src, me)))]))]
     plan.tmp_elems = 0
     plan.native = None
     hops = engine.hops
@@ -618,8 +630,8 @@ class SendRecvExecution(Execution):
         self.mismatch = sent
         st = self.plan.steps[0][1]
         rxid = st.recvs[0].xid
-        self._drain = [(self.comm_id, 0, rxid, p)
-                       for p in range(len(pieces(sent, self.engine.piece_bytes)))]
+        per = self.engine.piece_for(st.recvs[0].src, self.engine.rank)
+        self._drain = [(self.comm_id, 0, rxid, p) for p in range(len(pieces(sent, per)))]
         self._flags[len(st.sends):len(st.sends) + len(st.recvs)] = 1  # given up
 
     def _native_status(self, status) -> bool:

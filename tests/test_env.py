@@ -41,6 +41,8 @@ CASES = [
     (env.shm_slot_kib, "NEURON_MPI_SHM_SLOT_KIB", 256, ("64", 64), "1.5",
      InvalidArgumentError),
     (env.shm_read_kib, "NEURON_MPI_SHM_READ_KIB", 64, ("0", 0), "-1", InvalidArgumentError),
+    (env.shm_read_piece_kib, "NEURON_MPI_SHM_READ_PIECE_KIB", 4096, ("1024", 1024), "0",
+     InvalidArgumentError),
     (env.shm_spin, "NEURON_MPI_SHM_SPIN", 64, ("0", 0), "-3", InvalidArgumentError),
     (env.trace_dir, "NEURON_MPI_TRACE", None, ("/tmp/t", "/tmp/t"), None, None),
     (env.recorder_dir, "NEURON_MPI_TRACE_DIR", None, ("/tmp/r", "/tmp/r"), None, None),

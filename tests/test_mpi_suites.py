@@ -39,7 +39,7 @@ _SCRUB = ("NEURON_MPI_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_MPI_NODES",
           "NEURON_MPI_ALGO", "NEURON_MPI_TIMEOUT", "NEURON_MPI_CHECK", "NEURON_MPI_TEST_STRICT",
           "NEURON_MPI_STRICT", "NEURON_MPI_AOT",
           "NEURON_MPI_TRANSPORT", "NEURON_MPI_SHM", "NEURON_MPI_SHM_SLOTS",
-          "NEURON_MPI_SHM_SLOT_KIB",
+          "NEURON_MPI_SHM_SLOT_KIB", "NEURON_MPI_SHM_READ_KIB", "NEURON_MPI_SHM_READ_PIECE_KIB",
           "NEURON_MPI_TEST_LEVEL", "NEURON_MPI_TEST_BATCH", "NEURON_MPI_TRACE")
 
 
@@ -75,12 +75,15 @@ CONFIGS = [
            limit=600, test_timeout=240),
     # the other transports: every hop over MPI (today's path before shared memory),
     # and one shared-memory domain per emulated node, MPI between them (the EFA hops,
-    # as between hosts); small landing slots so large messages go in many pieces
+    # as between hosts); small landing slots so large messages go in many pieces, and
+    # small read pieces (copied transfers inside a node are read from their senders'
+    # buffers in pieces of 16 KiB, larger than a slot; reduced ones go in 4 KiB pieces)
     Config("trn2-8-transport-mpi", 8, {"NEURON_MPI_TRANSPORT": "mpi",
                                        "NEURON_MPI_TEST_LEVEL": "reduced"}),
     Config("trn1.32xlarge-2nodes-64-shm-per-node", 64,
            {"NEURON_MPI_INSTANCE": "trn1.32xlarge", "NEURON_MPI_NODES": "2",
             "NEURON_MPI_SHM": "node", "NEURON_MPI_SHM_SLOT_KIB": "4",
+            "NEURON_MPI_SHM_READ_KIB": "2", "NEURON_MPI_SHM_READ_PIECE_KIB": "16",
             "NEURON_MPI_TEST_LEVEL": "slim"},
            files=("test_mpi_collectives.py", "test_mpi_link_stats.py"),
            limit=600, test_timeout=240),

@@ -101,6 +101,52 @@ def test_piece_larger_than_a_slot_is_refused(pair):
         a.post(1, head((1, 1, 1, 0), 65), np.zeros(65, np.uint8))
 
 
+def test_a_piece_larger_than_a_slot_from_python_is_read_from_a_private_copy(pair):
+    """Where receivers read, a Python sender's piece larger than a slot is published
+    for reading from a copy of its own (the caller's buffer may change at once),
+    kept until the receiver has read it; with no free slot the copy waits for the
+    next try of the same piece."""
+    seg, a, b = pair
+    a.enable_reads(1)
+    x = np.arange(200, dtype=np.uint8)
+    assert a.post(1, head((1, 1, 1, 0), 200), x)
+    x[:] = 0  # the receiver reads the copy, not this buffer
+    assert a.post(1, head((1, 1, 1, 1), 200), np.full(200, 7, np.uint8))
+    assert not a.post(1, head((1, 1, 1, 2), 200), np.full(200, 9, np.uint8))  # 2 slots
+    assert len(a._lent) == 2 and list(a._unposted) == [(1, 1, 1, 2)]
+    got = b.take((1, 1, 1, 0))
+    assert np.array_equal(got.data, np.arange(200, dtype=np.uint8))
+    got.release()
+    assert a.post(1, head((1, 1, 1, 2), 200), np.zeros(200, np.uint8))  # the kept copy
+    assert len(a._lent) == 2 and not a._unposted  # the read one was given back
+    for piece, want in ((1, 7), (2, 9)):
+        got = b.take((1, 1, 1, piece))
+        assert np.array_equal(got.data, np.full(200, want, np.uint8))
+        got.release()
+
+
+def test_copied_transfers_are_cut_at_the_read_piece_size():
+    """Plan cuts a copied transfer at ``cut(src, dst)`` bytes and a reduced one at
+    the piece size; both ends of a transfer cut it alike."""
+    import neuron_mpi as nm
+    from neuron_mpi.algorithms.group import GroupView
+    from neuron_mpi.algorithms.select import schedule_for
+    from neuron_mpi.executor import Plan
+
+    view = GroupView(nm.topology("trn2.48xlarge", ranks=4), range(4))
+    count = 10_000  # float32 elements per rank
+    for op, sizes, reduced in (("all_gather", (count,) * 4, False),
+                               ("reduce_scatter", (count,) * 4, True)):
+        sched = schedule_for(view, op, "ring", sizes, False, None)
+        plans = [Plan(sched, view, me, 4, 4096, cut=lambda s, d: 16384) for me in range(4)]
+        sent = {(s.xid, s.piece): s.count for p in plans for k, st in p.steps
+                if k == "round" for s in st.sends}
+        got = {(r.xid, r.piece): r.count for p in plans for k, st in p.steps
+               if k == "round" for r in st.recvs}
+        assert sent == got and sent, op
+        assert max(sent.values()) == (1024 if reduced else 4096), op
+
+
 def test_pieces_passing_through_are_collected(pair):
     _, a, b = pair
     assert a.post(1, head((3, 1, 0, 0), 4, dst=5), np.arange(4, dtype=np.uint8))

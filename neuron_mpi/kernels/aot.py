@@ -48,6 +48,8 @@ EXPORTS = {
     "ring_many": ("plane", "ring_many", _sig("void", _U8, _I64, _I64)),
     "post": ("plane", "post", _sig("boolean", _U8, _I64, _I64, "int64", _I64, _U8, _I64,
                                     "int64", "int64")),
+    "post_read": ("plane", "post_read", _sig("int64", _U8, _I64, _I64, "int64", _I64, _U8,
+                                              "int64", "int64", _I64, "int64", "int64")),
     "release": ("plane", "release", _sig("void", _U8, _I64, "int64")),
     "read_slot": ("plane", "read_slot", _sig("int64", _U8, _I64, "int64", _U8, "int64",
                                               "int64")),

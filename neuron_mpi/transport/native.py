@@ -61,8 +61,9 @@ def read_failed(nbytes: int, origin: int, err: int, xid: int, piece: int) -> str
 
 
 #: the functions of the data plane that Python calls (kernels.aot exports them)
-FUNCTIONS = ("read_remote", "ring", "ring_piece", "ring_many", "post", "release", "read_slot",
-             "find", "passing", "stuck", "any_want", "exec_pass", "take_back", "exec_run")
+FUNCTIONS = ("read_remote", "ring", "ring_piece", "ring_many", "post", "post_read", "release",
+             "read_slot", "find", "passing", "stuck", "any_want", "exec_pass", "take_back",
+             "exec_run")
 
 
 def _bind():

@@ -50,6 +50,8 @@ class ShmTransport:
         self._scratch = np.empty(self.L * self.K, np.int64)
         self._none = np.zeros(0, np.int64)
         self._head = np.empty(8, np.int64)
+        self._lent: list = []  # (slot, generation, private copy) of pieces to be read
+        self._unposted: dict = {}  # piece key -> its private copy, when no slot was free
         self._boards: dict[int, Board] = {}
         self._board_words = seg.layout.board_stride // 8
         self._board_area = np.frombuffer(seg.buf, np.int64, N_BOARDS * self._board_words,
@@ -70,12 +72,41 @@ class ShmTransport:
 
     # --- sending ------------------------------------------------------------------------
     def post(self, world: int, header, payload: np.ndarray) -> bool:
-        if payload.nbytes > self.S:
-            raise ValueError(f"piece of {payload.nbytes} bytes exceeds the slot size {self.S}")
         h = self._head
         h[:] = header
+        if payload.nbytes > self.S:
+            return self._post_copy_to_read(world, h, payload)
         return native.post(self.seg8, self.g, self.gen, self.local[world], h,
                            payload.reshape(-1).view(np.uint8), self._none, 0, 0)
+
+    def _post_copy_to_read(self, world: int, h, payload: np.ndarray) -> bool:
+        """A piece larger than a slot (Engine.piece_for cuts them only where every
+        rank of the domain reads pieces from their senders) sent from Python, which
+        does not keep the caller's buffer: its receiver reads it from a private
+        copy, kept until the read is done (two copies, as through a slot). A copy
+        that found no free slot waits for the engine's next try of the same piece."""
+        if not self.g[native.G_PULL]:
+            raise ValueError(f"piece of {payload.nbytes} bytes exceeds the slot size "
+                             f"{self.S}, and this rank's receivers do not read")
+        self._return_lent()
+        key = tuple(h[:4].tolist())
+        keep = self._unposted.pop(key, None)
+        if keep is None:
+            keep = payload.reshape(-1).view(np.uint8).copy()
+        slot = native.post_read(self.seg8, self.g, self.gen, self.local[world], h, keep, 0,
+                                keep.size, self._none, 0, 0)
+        if slot < 0:
+            self._unposted[key] = keep
+            return False
+        self._lent.append((slot, int(self.gen[0]), keep))
+        return True
+
+    def _return_lent(self) -> None:
+        """Drop the private copies whose receivers have read them (their slot no
+        longer holds that generation, nor a read under way of it)."""
+        if self._lent:
+            state = self.seg.state
+            self._lent = [e for e in self._lent if int(state[e[0]]) in (e[1], -e[1])]
 
     # --- receiving ----------------------------------------------------------------------
     def _arrival(self, slot: int, private: bool = False) -> Arrival | None:

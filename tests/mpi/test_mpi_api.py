@@ -477,9 +477,15 @@ def test_large_copies_are_read_from_the_senders_buffer(comm):
         every = eng.comm.allreduce(int(ok), op=__import__("mpi4py").MPI.MIN)
         want = env.shm_read_kib() * 1024 if every and native.SUPPORTED else 0
         assert int(eng.shm.g[native.G_PULL]) == want, (ok, every)
+        # copied transfers inside the domain are cut at the read piece size, larger
+        # than a slot, only where every rank reads all pieces larger than a slot
+        read_piece = env.shm_read_piece_kib() * 1024
+        larger = want and want <= eng.piece_bytes and read_piece > eng.piece_bytes
+        assert eng.read_piece == (read_piece if larger else 0)
     n, me = comm.size, comm.rank
-    # float32: 384 KiB per rank (pieces of 256 + 128 KiB); 96 KiB beyond 8 ranks, so
-    # that 64 ranks' all-gathers stay small in memory (one piece, still read)
+    # float32: 384 KiB per rank (one piece: more than a slot, read where reads are on,
+    # else pieces of 256 + 128 KiB); 96 KiB beyond 8 ranks, so that 64 ranks'
+    # all-gathers stay small in memory (one piece, still read)
     big = 96 * 1024 if n <= 8 else 24 * 1024
     x = (np.arange(big, dtype=np.float32) + me * big) % 65521
     want = (np.arange(n * big, dtype=np.float32)) % 65521
@@ -498,6 +504,19 @@ def test_large_copies_are_read_from_the_senders_buffer(comm):
         comm.recv(out, (me - 1) % n)
         assert_same(out, (np.arange(big, dtype=np.float32) + ((me - 1) % n) * big) % 65521,
                     "send/recv")
+    if 1 < n <= 8:
+        # more than one read piece (4 MiB by default) and an odd tail, each way:
+        # compiled (sendrecv, permute) and from Python (send, whose pieces larger
+        # than a slot are read from a private copy)
+        count = (eng.read_piece or eng.piece_bytes) // 4 + 3 * 1024 + 1
+        y = (np.arange(count, dtype=np.float32) * 3 + me) % 65521
+        prev = (np.arange(count, dtype=np.float32) * 3 + (me - 1) % n) % 65521
+        out = np.empty_like(y)
+        assert_same(comm.sendrecv(y, (me + 1) % n, out, (me - 1) % n), prev, "sendrecv")
+        assert_same(comm.permute(y, pairs), prev, "permute of a large buffer")
+        comm.send(y, (me + 1) % n)
+        out[:] = 0
+        assert_same(comm.recv(out, (me - 1) % n), prev, "send/recv of a large buffer")
 
 
 def test_a_sender_waiting_for_a_read_names_the_reader(comm, monkeypatch):

@@ -10,7 +10,12 @@ iteration starts the same all_reduce with ``async_op=True``, "computes" for T = 
 
 1.0 is perfect overlap (wall = max(T, C)); 0 is none (wall = T + C). The baseline
 in the same run is the same loop with the collective blocking before the compute
-(overlap 0 by construction, its measured value shows the noise). Each iteration's
+(overlap 0 by construction, its measured value shows the noise). Every call
+writes into an ``out`` buffer allocated once (as nccl-tests' buffers are): a fresh
+1 MiB result per call is a fresh mapping or a reused heap block depending on what
+else is alive, and its page faults (CPU time that 8 or 64 ranks on 2 cores pay in
+turn) moved the timings by more than the overlap measured; ``--fresh-results``
+lets each call allocate its result as before. Each iteration's
 time is the slowest rank's; the ranks' times are combined after the loop, so no
 rank waits in an MPI call (which polls the CPU) while others are still timed.
 Results are checked. Rank 0 prints one line per size and a JSON record with
@@ -39,17 +44,19 @@ def _slowest(seconds: list) -> list:
     return out.tolist()
 
 
-def measure(comm, nbytes: int, iters: int) -> dict:
+def measure(comm, nbytes: int, iters: int, fresh: bool = False) -> dict:
     n = comm.size
     x = np.arange(max(1, nbytes // 4), dtype=np.float32) % 7 + comm.rank
     want = (np.arange(x.size, dtype=np.float32) % 7) * n + n * (n - 1) / 2
+    # the async call's result buffer, and the blocking calls' (None: a new one each)
+    o_async, o_block = (None, None) if fresh else (np.empty_like(x), np.empty_like(x))
     for _ in range(2):
-        comm.all_reduce(x)
+        comm.all_reduce(x, out=o_block)
     blocking = []
     for _ in range(iters):
         comm.barrier()
         t0 = time.perf_counter()
-        comm.all_reduce(x)
+        comm.all_reduce(x, out=o_block)
         blocking.append(time.perf_counter() - t0)
     c = statistics.median(_slowest(blocking))
     t = c
@@ -57,14 +64,14 @@ def measure(comm, nbytes: int, iters: int) -> dict:
     for _ in range(iters):
         comm.barrier()
         t0 = time.perf_counter()
-        h = comm.all_reduce(x, async_op=True)
+        h = comm.all_reduce(x, out=o_async, async_op=True)
         time.sleep(t)
         y = h.wait()
         walls.append(time.perf_counter() - t0)
         wrong += int(not np.array_equal(y, want))
         comm.barrier()
         t0 = time.perf_counter()
-        y = comm.all_reduce(x)
+        y = comm.all_reduce(x, out=o_block)
         time.sleep(t)
         serial.append(time.perf_counter() - t0)
         wrong += int(not np.array_equal(y, want))
@@ -72,6 +79,7 @@ def measure(comm, nbytes: int, iters: int) -> dict:
     return {"bytes": x.nbytes, "ranks": n, "C_ms": c * 1e3, "T_ms": t * 1e3,
             "wall_ms": wall * 1e3, "overlap": (t + c - wall) / min(t, c),
             "serial_wall_ms": ser * 1e3, "serial_overlap": (t + c - ser) / min(t, c),
+            "fresh_results": fresh,
             "wrong": MPI.COMM_WORLD.allreduce(wrong)}
 
 
@@ -80,9 +88,11 @@ def main(argv=None) -> int:
     p.add_argument("--bytes", type=size_arg, nargs="+", default=[1 << 20, 4 << 20])
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--json", metavar="FILE")
+    p.add_argument("--fresh-results", action="store_true",
+                   help="let every call allocate its result (no out= buffers)")
     a = p.parse_args(argv)
     comm = nm.init()
-    rows = [measure(comm, b, a.iters) for b in a.bytes]
+    rows = [measure(comm, b, a.iters, a.fresh_results) for b in a.bytes]
     if comm.rank == 0:
         print(f"# overlap of an async all_reduce with T = C of compute (a sleep), "
               f"{comm.size} ranks on {comm.topology.instance}")

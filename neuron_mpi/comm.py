@@ -119,10 +119,11 @@ class _Shape:
     """What every call of one shape on a communicator shares, worked out once (a
     small blocking call spends more on this than on its data): the algorithm, the
     plan, the fingerprint (its call number is set per call), and the compiled
-    run's scratch for blocking calls (``executor.Scratch``)."""
+    run's scratch for blocking calls (``executor.Scratch``), and spare ones for
+    async calls (``lend``/``give_back``)."""
 
     __slots__ = ("algo", "plan", "nbytes", "count", "dtype_str", "fp", "scratch", "code",
-                 "alone")
+                 "alone", "spares", "_dtype")
 
     def __init__(self, comm, op, algorithm, sizes, x, out_shape, reduce_op, extra, fp_count,
                  dig, traced):
@@ -142,6 +143,26 @@ class _Shape:
         # a blocking call may run as Communicator._run_alone: compiled, and no
         # divide step (avg), which only the Python path runs
         self.alone = self.scratch is not None and reduce_op != "avg"
+        self.spares: list = []
+        self._dtype = x.dtype
+
+    def lend(self):
+        """A scratch for an async call of this shape, which may be in flight with
+        others: a spare one (given back by a finished call), else a new one; None
+        without a compiled plan. Reusing them spares each async call a new
+        temporary buffer, whose first touch costs page faults (or, as a block of
+        the heap reused or not, moves a call's time by more than its data)."""
+        if self.scratch is None:
+            return None
+        if self.spares:
+            return self.spares.pop()
+        return Scratch(self.plan.native.max_flags, self.plan.tmp_elems, self._dtype)
+
+    def give_back(self, scratch) -> None:
+        """A lent scratch whose call has finished without error (a failed call's may
+        still be read by a peer): kept for the next async call, two at most."""
+        if scratch is not None and len(self.spares) < 2:
+            self.spares.append(scratch)
 
 
 class Communicator:
@@ -349,7 +370,7 @@ class Communicator:
         if out is not None and x_flat.size and out_flat.size and \
                 np.may_share_memory(x_flat, out_flat) and np.shares_memory(x_flat, out_flat):
             x_flat = x_flat.copy()  # in place: keep the input readable throughout
-        scratch = None if async_op else sh.scratch
+        scratch = sh.lend() if async_op else sh.scratch
         bufs = make_buffers(x_flat, out_flat, plan.tmp_elems, x.dtype,
                             None if scratch is None else scratch.tmp)
         ex = Execution(eng, plan, bufs, self._id, seq, op,
@@ -368,8 +389,10 @@ class Communicator:
 
         def wait():
             try:
-                eng.drive(lambda: ex.done, deadline, on_timeout,
-                          start=None if async_op else ex, lone=ex)
+                if not (async_op and ex.done):  # (an async call the agent finished:
+                    # nothing to drive, and no claim of the engine from the agent)
+                    eng.drive(lambda: ex.done, deadline, on_timeout,
+                              start=None if async_op else ex, lone=ex)
             except NeuronMPIError as e:
                 if call is not None:
                     tr.call_end(call, e)
@@ -385,6 +408,8 @@ class Communicator:
                 raise ex.error
             if target is not result:
                 result[...] = target
+            if async_op:
+                sh.give_back(scratch)
             if call is not None:
                 tr.call_end(call)
             FlightRecorder.finish(entry)

@@ -434,11 +434,10 @@ class Engine:
         """Put an execution in flight (an async call) and return: the agent advances
         it while the program computes. Only when the agent cannot (an MPI transport
         without MPI_THREAD_MULTIPLE) does this thread make a first pass."""
-        with self.held():
+        with self.held():  # (leaving it pokes the agent: it has work now)
             self.active.append(ex)
             if self.mpi is not None and not self.threaded:
                 self.progress()
-        self.agent.poke()
 
     def try_progress(self) -> None:
         """One non-blocking round of progress (async handles' test())."""

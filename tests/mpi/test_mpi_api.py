@@ -94,6 +94,31 @@ def test_calls_of_one_shape_share_its_plan_and_scratch(comm):
     assert comm._squares[2] is comm._squares[2] and len(comm._squares[2]) == n
 
 
+def test_async_calls_of_one_shape_reuse_a_spare_scratch(comm):
+    """An async call borrows a scratch of its shape (a spare one, else a new one)
+    and gives it back when its wait() returns: the next async call of the shape
+    reuses its temporary buffer instead of allocating one, and calls in flight
+    together never share one."""
+    n = comm.size
+    x, want = _sum_input(comm, "async-spares", 3 * n + 1)
+    comm._shapes.clear()
+    h = comm.all_reduce(x, async_op=True)
+    sh = next(iter(comm._shapes.values()))
+    first = h._ex._scratch
+    assert_same(h.wait(), want, "async all_reduce")
+    h1 = comm.all_reduce(x + 1, async_op=True)
+    h2 = comm.all_reduce(x + 2, async_op=True)
+    s1, s2 = h1._ex._scratch, h2._ex._scratch
+    assert_same(h2.wait(), want + 2 * n, "second async all_reduce in flight")
+    assert_same(h1.wait(), want + n, "first async all_reduce in flight")
+    if sh.scratch is None:  # no compiled plan on this rank: nothing to lend
+        assert first is None and s1 is None and s2 is None and not sh.spares
+        return
+    assert first is not None and first is not sh.scratch
+    assert s1 is first and s2 is not first and s2 is not sh.scratch
+    assert sorted(map(id, sh.spares)) == sorted((id(s1), id(s2)))
+
+
 def test_a_lone_blocking_call_builds_no_execution(comm, monkeypatch):
     """On shared memory a blocking call with nothing else of the rank in flight is
     one compiled run on the calling thread (Communicator._run_alone), with no

@@ -123,6 +123,9 @@ def test_a_piece_larger_than_a_slot_from_python_is_read_from_a_private_copy(pair
         got = b.take((1, 1, 1, piece))
         assert np.array_equal(got.data, np.full(200, want, np.uint8))
         got.release()
+    stuck: list = []
+    a.unblock(stuck)  # (every progress pass): the read copies are given back
+    assert not a._lent and not stuck
 
 
 def test_copied_transfers_are_cut_at_the_read_piece_size():

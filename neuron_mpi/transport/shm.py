@@ -161,7 +161,10 @@ class ShmTransport:
 
     def unblock(self, out: list) -> None:
         """Copy aside the pieces of every channel whose sender waits while all its
-        slots are full; they go to ``out`` (the engine's inbox)."""
+        slots are full; they go to ``out`` (the engine's inbox). Also drops the
+        private copies of pieces sent from Python that have been read."""
+        if self._lent:
+            self._return_lent()
         self._aside(native.stuck(self.seg8, self.g, self._scratch), out)
 
     def pending(self) -> bool:

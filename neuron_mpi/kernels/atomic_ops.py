@@ -29,74 +29,69 @@ def _ptr(context, builder, arrty, arr, idx):
     return cgutils.get_item_pointer(context, builder, arrty, ary, [idx], wraparound=False)
 
 
-def _int_array(arrty):
-    return (isinstance(arrty, types.Array) and arrty.ndim == 1 and arrty.dtype in _INTS)
+def _typed(arr, *scalars) -> bool:
+    """A 1-D int32/int64 array and integer index and operands."""
+    return (isinstance(arr, types.Array) and arr.ndim == 1 and arr.dtype in _INTS
+            and all(isinstance(v, types.Integer) for v in scalars))
+
+
+def _operands(context, builder, sig, args):
+    """The element pointer of ``args[0][args[1]]`` and the other operands cast to
+    the array's element type."""
+    arrty = sig.args[0]
+    i = context.cast(builder, args[1], sig.args[1], types.intp)
+    ptr = _ptr(context, builder, arrty, args[0], i)
+    return ptr, [context.cast(builder, v, t, arrty.dtype)
+                 for v, t in zip(args[2:], sig.args[2:])]
 
 
 @intrinsic
 def _fetch_add(typingctx, arr, idx, val):
-    if not (_int_array(arr) and isinstance(idx, types.Integer)
-            and isinstance(val, types.Integer)):
+    if not _typed(arr, idx, val):
         return None
-    dt = arr.dtype
 
     def codegen(context, builder, sig, args):
-        a, i, v = args
-        i = context.cast(builder, i, sig.args[1], types.intp)
-        v = context.cast(builder, v, sig.args[2], dt)
-        ptr = _ptr(context, builder, sig.args[0], a, i)
+        ptr, (v,) = _operands(context, builder, sig, args)
         return builder.atomic_rmw("add", ptr, v, "seq_cst")
 
-    return dt(arr, idx, val), codegen
+    return arr.dtype(arr, idx, val), codegen
 
 
 @intrinsic
 def _cmpxchg(typingctx, arr, idx, expected, new):
-    if not (_int_array(arr) and isinstance(idx, types.Integer)
-            and isinstance(expected, types.Integer) and isinstance(new, types.Integer)):
+    if not _typed(arr, idx, expected, new):
         return None
-    dt = arr.dtype
 
     def codegen(context, builder, sig, args):
-        a, i, e, n = args
-        i = context.cast(builder, i, sig.args[1], types.intp)
-        e = context.cast(builder, e, sig.args[2], dt)
-        n = context.cast(builder, n, sig.args[3], dt)
-        ptr = _ptr(context, builder, sig.args[0], a, i)
+        ptr, (e, n) = _operands(context, builder, sig, args)
         pair = builder.cmpxchg(ptr, e, n, "seq_cst", "seq_cst")
         return builder.extract_value(pair, 0)
 
-    return dt(arr, idx, expected, new), codegen
+    return arr.dtype(arr, idx, expected, new), codegen
 
 
 @intrinsic
 def _load(typingctx, arr, idx):
-    if not (_int_array(arr) and isinstance(idx, types.Integer)):
+    if not _typed(arr, idx):
         return None
-    dt = arr.dtype
+    width = arr.dtype.bitwidth // 8
 
     def codegen(context, builder, sig, args):
-        a, i = args
-        i = context.cast(builder, i, sig.args[1], types.intp)
-        ptr = _ptr(context, builder, sig.args[0], a, i)
-        return builder.load_atomic(ptr, "seq_cst", dt.bitwidth // 8)
+        ptr, _ = _operands(context, builder, sig, args)
+        return builder.load_atomic(ptr, "seq_cst", width)
 
-    return dt(arr, idx), codegen
+    return arr.dtype(arr, idx), codegen
 
 
 @intrinsic
 def _store(typingctx, arr, idx, val):
-    if not (_int_array(arr) and isinstance(idx, types.Integer)
-            and isinstance(val, types.Integer)):
+    if not _typed(arr, idx, val):
         return None
-    dt = arr.dtype
+    width = arr.dtype.bitwidth // 8
 
     def codegen(context, builder, sig, args):
-        a, i, v = args
-        i = context.cast(builder, i, sig.args[1], types.intp)
-        v = context.cast(builder, v, sig.args[2], dt)
-        ptr = _ptr(context, builder, sig.args[0], a, i)
-        builder.store_atomic(v, ptr, "seq_cst", dt.bitwidth // 8)
+        ptr, (v,) = _operands(context, builder, sig, args)
+        builder.store_atomic(v, ptr, "seq_cst", width)
         return context.get_dummy_value()
 
     return types.void(arr, idx, val), codegen

@@ -49,61 +49,46 @@ if SUPPORTED:
     _llvm.initialize_native_asmparser()
 
 
+# x86-64 system call registers: the number in rax, the arguments in this order
+_SYSCALL_REGS = ("rdi", "rsi", "rdx", "r10", "r8", "r9")
+
+
+def _syscall(args):
+    """The typing result of a raw x86-64 system call intrinsic with ``args`` (the
+    number, then the arguments): all int64, the result in rax; None if any is
+    not an integer."""
+    if not all(isinstance(a, types.Integer) for a in args):
+        return None
+    n = len(args)
+    regs = ",".join("{%s}" % r for r in _SYSCALL_REGS[:n - 1])
+    constraints = "={rax},{rax}," + regs + ",~{rcx},~{r11},~{memory}"
+
+    def codegen(context, builder, signature, vals):
+        i64 = ir.IntType(64)
+        vals = [context.cast(builder, v, t, types.int64) for v, t in zip(vals, signature.args)]
+        asm = ir.InlineAsm(ir.FunctionType(i64, [i64] * n), "syscall", constraints,
+                           side_effect=True)
+        return builder.call(asm, vals)
+
+    return types.int64(*([types.int64] * n)), codegen
+
+
 @intrinsic
 def _syscall3(typingctx, nr, a1, a2, a3):
     """A raw x86-64 system call with three arguments."""
-    if not all(isinstance(a, types.Integer) for a in (nr, a1, a2, a3)):
-        return None
-    sig = types.int64(types.int64, types.int64, types.int64, types.int64)
-
-    def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        args = [context.cast(builder, v, t, types.int64) for v, t in zip(args, signature.args)]
-        fnty = ir.FunctionType(i64, [i64, i64, i64, i64])
-        asm = ir.InlineAsm(fnty, "syscall",
-                           "={rax},{rax},{rdi},{rsi},{rdx},~{rcx},~{r11},~{memory}",
-                           side_effect=True)
-        return builder.call(asm, args)
-
-    return sig, codegen
+    return _syscall((nr, a1, a2, a3))
 
 
 @intrinsic
 def _syscall4(typingctx, nr, a1, a2, a3, a4):
     """A raw x86-64 system call with four arguments (the fourth in r10)."""
-    if not all(isinstance(a, types.Integer) for a in (nr, a1, a2, a3, a4)):
-        return None
-    sig = types.int64(types.int64, types.int64, types.int64, types.int64, types.int64)
-
-    def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        args = [context.cast(builder, v, t, types.int64) for v, t in zip(args, signature.args)]
-        fnty = ir.FunctionType(i64, [i64] * 5)
-        asm = ir.InlineAsm(fnty, "syscall",
-                           "={rax},{rax},{rdi},{rsi},{rdx},{r10},~{rcx},~{r11},~{memory}",
-                           side_effect=True)
-        return builder.call(asm, args)
-
-    return sig, codegen
+    return _syscall((nr, a1, a2, a3, a4))
 
 
 @intrinsic
 def _syscall6(typingctx, nr, a1, a2, a3, a4, a5, a6):
     """A raw x86-64 system call with six arguments (r10, r8, r9 after rdx)."""
-    if not all(isinstance(a, types.Integer) for a in (nr, a1, a2, a3, a4, a5, a6)):
-        return None
-    sig = types.int64(*([types.int64] * 7))
-
-    def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        args = [context.cast(builder, v, t, types.int64) for v, t in zip(args, signature.args)]
-        fnty = ir.FunctionType(i64, [i64] * 7)
-        asm = ir.InlineAsm(fnty, "syscall",
-                           "={rax},{rax},{rdi},{rsi},{rdx},{r10},{r8},{r9},~{rcx},~{r11},"
-                           "~{memory}", side_effect=True)
-        return builder.call(asm, args)
-
-    return sig, codegen
+    return _syscall((nr, a1, a2, a3, a4, a5, a6))
 
 
 @intrinsic

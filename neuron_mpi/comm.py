@@ -123,7 +123,7 @@ class _Shape:
     async calls (``lend``/``give_back``)."""
 
     __slots__ = ("algo", "plan", "nbytes", "count", "dtype_str", "fp", "scratch", "code",
-                 "alone", "spares", "_dtype")
+                 "alone", "spares")
 
     def __init__(self, comm, op, algorithm, sizes, x, out_shape, reduce_op, extra, fp_count,
                  dig, traced):
@@ -144,7 +144,6 @@ class _Shape:
         # divide step (avg), which only the Python path runs
         self.alone = self.scratch is not None and reduce_op != "avg"
         self.spares: list = []
-        self._dtype = x.dtype
 
     def lend(self):
         """A scratch for an async call of this shape, which may be in flight with
@@ -156,7 +155,7 @@ class _Shape:
             return None
         if self.spares:
             return self.spares.pop()
-        return Scratch(self.plan.native.max_flags, self.plan.tmp_elems, self._dtype)
+        return Scratch(self.plan.native.max_flags, self.plan.tmp_elems, self.scratch.tmp.dtype)
 
     def give_back(self, scratch) -> None:
         """A lent scratch whose call has finished without error (a failed call's may

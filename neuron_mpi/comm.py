@@ -46,6 +46,7 @@ from .transport.segment import FP_WORDS
 DEFAULT_TIMEOUT = env.DEFAULT_TIMEOUT
 _timeout_seconds = env.timeout_seconds
 _checking = env.checking
+_per_call = env.per_call
 
 
 def _collective(op):
@@ -54,7 +55,8 @@ def _collective(op):
     def deco(fn):
         @functools.wraps(fn)
         def wrapper(self, *args, **kwargs):
-            self._ensure_usable()
+            if self._failed is not None:
+                self._ensure_usable()
             try:
                 return fn(self, *args, **kwargs)
             except InvalidArgumentError as e:
@@ -123,7 +125,7 @@ class _Shape:
     async calls (``lend``/``give_back``)."""
 
     __slots__ = ("algo", "plan", "nbytes", "count", "dtype_str", "fp", "scratch", "code",
-                 "alone", "spares")
+                 "alone", "spares", "head")
 
     def __init__(self, comm, op, algorithm, sizes, x, out_shape, reduce_op, extra, fp_count,
                  dig, traced):
@@ -144,6 +146,19 @@ class _Shape:
         # divide step (avg), which only the Python path runs
         self.alone = self.scratch is not None and reduce_op != "avg"
         self.spares: list = []
+        self.head = None  # the compiled run's arguments before the buffers (run_args)
+
+    def run_args(self, shm, b0, b1, comm_id, seq, board) -> tuple:
+        """executor.native_args for a blocking run of this shape on its scratch
+        (zeroed by the caller), the arguments that never change kept."""
+        head = self.head
+        if head is None:
+            np_, sc = self.plan.native, self.scratch
+            head = self.head = (shm.seg8, shm.g, shm.gen, np_.steps, np_.rounds, np_.sends,
+                                np_.charges, np_.recvs, np_.keys, np_.order, np_.locs, sc.xs,
+                                sc.flags)
+        return head + (b0, b1, self.scratch.tmp8, comm_id, seq, self.code) + board + (
+            self.scratch.pend,)
 
     def lend(self):
         """A scratch for an async call of this shape, which may be in flight with
@@ -293,12 +308,12 @@ class Communicator:
         err.waiting_for = {"step": step, "pending": [list(p) for p in pending]}
         return err
 
-    def _shape(self, op, algorithm, sizes, x, out_shape, reduce_op, extra, fp_count, dig,
-               traced, skey) -> "_Shape":
+    def _shape(self, op, algorithm, env_algo, sizes, x, out_shape, reduce_op, extra, fp_count,
+               dig, traced, skey) -> "_Shape":
         """The call's ``_Shape``, worked out on the first call of that shape. The key
         holds everything the algorithm, the plan and the fingerprint depend on
-        (NEURON_MPI_ALGO is read at every call, as before)."""
-        key = (op, algorithm, None if algorithm is not None else env.algorithm(),
+        (``env_algo``: NEURON_MPI_ALGO, read at every call)."""
+        key = (op, algorithm, None if algorithm is not None else env_algo,
                sizes if skey is None else skey, x.dtype, x.size, out_shape, reduce_op,
                extra, fp_count, dig, traced)
         try:
@@ -319,21 +334,20 @@ class Communicator:
         """x: validated input; out: validated out or None. ``skey``: a small hashable
         standing for ``sizes`` in the shape cache (all_to_all's count matrix)."""
         tr = _tracing.ACTIVE
-        sh = self._shape(op, algorithm, sizes, x, out_shape, reduce_op, extra, fp_count, dig,
-                         tr is not None, skey)
+        env_algo, seconds, checking = _per_call(timeout)
+        sh = self._shape(op, algorithm, env_algo, sizes, x, out_shape, reduce_op, extra,
+                         fp_count, dig, tr is not None, skey)
         algo, plan = sh.algo, sh.plan
-        seconds = _timeout_seconds(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
         seq = self._seq + 1
         entry = self._recorder.start(self._id, seq, op, algo, sh.count, sh.dtype_str,
                                      self.size)
         self._seq = seq
-        eng = self._engine
         self.last_call = plan.record
         call = None if tr is None else tr.call_begin(
             self._id, seq, op, algo, sh.nbytes, str(x.dtype), self.size, len(plan.steps))
         fp = None
-        if _checking() and self.size > 1:
+        if checking and self.size > 1:
             # a blocking call's agreement is over when it returns: its shape's
             # fingerprint is reused; an async call's lives on in the background
             fp = sh.fp.copy() if async_op else sh.fp
@@ -344,6 +358,15 @@ class Communicator:
             if ran is not None and ran[0]:
                 FlightRecorder.finish(entry)
                 return ran[1]
+        return self._run_general(sh, op, x, out, out_shape, reduce_op, async_op, timeout,
+                                 seconds, deadline, seq, entry, tr, call, fp, ran, rows)
+
+    def _run_general(self, sh, op, x, out, out_shape, reduce_op, async_op, timeout, seconds,
+                     deadline, seq, entry, tr, call, fp, ran, rows):
+        """_run's path for every call the compiled run alone did not finish: an
+        Execution driven here (blocking) or by the agent (async). Apart from _run so
+        that a call run alone builds none of the closures' cells."""
+        eng, algo, plan = self._engine, sh.algo, sh.plan
         agreement = None
         try:
             if fp is not None:
@@ -429,27 +452,30 @@ class Communicator:
         with, which the general path adopts and finishes (a timeout, a mismatch, a
         piece of the wrong size, a failed read, a channel to copy aside). ``fp``: the
         call's fingerprint, None when nobody agrees."""
-        if not (type(x) is np.ndarray and x.flags.c_contiguous and x.flags.writeable):
+        if type(x) is not np.ndarray:
+            return None
+        f = x.flags
+        if not (f.c_contiguous and f.writeable):
             return None
         if out is not None and (type(out) is not np.ndarray or not out.flags.c_contiguous
                                 or x.size and out.size and np.may_share_memory(x, out)):
             return None
         eng, ctl = self._engine, self._control
-        if fp is not None and (ctl._board is None or ctl._open is not None
-                               or fp.size > FP_WORDS):
-            return None
-        result = out if out is not None else np.empty(out_shape, x.dtype)
         sc = sh.scratch
-        xs, flags, pend = sc.zeroed()
         if fp is not None:
+            if ctl._open is not None or fp.size > FP_WORDS or ctl._board is None:
+                return None
+            xs = sc.zeroed()[0]
             parity = ctl._parity
             board = ctl.board_turn(fp)
             xs[3] = 1  # agree first
         else:
+            sc.zeroed()
             board = NO_BOARD
-        args = native_args(eng.shm, sh.plan.native, xs, flags, x.reshape(-1).view(np.uint8),
-                           result.reshape(-1).view(np.uint8), sc.tmp8, self._id, seq, sh.code,
-                           board, pend)
+        result = out if out is not None else np.empty(out_shape, x.dtype)
+        args = sh.run_args(eng.shm, (x if x.ndim == 1 else x.reshape(-1)).view(np.uint8),
+                           (result if result.ndim == 1 else result.reshape(-1)).view(np.uint8),
+                           self._id, seq, board)
         status = eng.run_alone(args, deadline)
         if status is None:  # something else in flight, or pieces set aside
             return None

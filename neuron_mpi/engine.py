@@ -389,10 +389,11 @@ class Engine:
         flight or set aside (``solo()``)."""
         self.driving += 1
         try:
-            self._claim()  # (drive(), without its loop)
+            if not self.lock.acquire(blocking=False):
+                self._claim()  # (drive(), without its loop)
             try:
-                if not self.solo():
-                    return None
+                if self.active or self.outq or self.inbox or self.mpi is not None:
+                    return None  # (not solo())
                 return native.exec_run(*args, NO_CLAIM, deadline_ns(deadline))
             finally:
                 self.lock.release()

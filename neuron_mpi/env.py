@@ -170,6 +170,44 @@ def checking() -> bool:
     return _flag("NEURON_MPI_CHECK", True)
 
 
+_PER_CALL = ("NEURON_MPI_ALGO", "NEURON_MPI_TIMEOUT", "NEURON_MPI_CHECK")
+_PER_CALL_KEYS = tuple(os.fsencode(n) for n in _PER_CALL)
+_BAD = object()  # a value that does not parse: the reader raises its error again
+_per_call: dict = {}  # the three raw values -> (algorithm(), timeout_seconds(), checking())
+
+
+def per_call(timeout=None) -> tuple:
+    """What every collective reads at every call, in one look at the environment:
+    ``(algorithm(), timeout_seconds(timeout), checking())``, raising what they
+    raise, in that order. The parsing is kept per set of raw values (a small call
+    spends more on reading its settings one by one than on its data)."""
+    d = _ENV_DATA
+    if d is not None and getattr(os.environ, "_data", None) is d:
+        a, t, c = _PER_CALL_KEYS
+        key = (d.get(a), d.get(t), d.get(c))
+    else:
+        key = tuple(os.environ.get(n) for n in _PER_CALL)
+    got = _per_call.get(key)
+    if got is None:
+        got = (algorithm(), _parsed(timeout_seconds), _parsed(checking))
+        if len(_per_call) > 16:
+            _per_call.clear()
+        _per_call[key] = got
+    algo, seconds, check = got
+    if timeout is not None or seconds is _BAD:
+        seconds = timeout_seconds(timeout)
+    if check is _BAD:
+        checking()
+    return algo, seconds, check
+
+
+def _parsed(read):
+    try:
+        return read()
+    except InvalidArgumentError:
+        return _BAD
+
+
 def strict_groups() -> bool:
     """NEURON_MPI_STRICT: whether the front-ends (neuron_mpi.torch, neuron_mpi.mpi)
     hold groups to the instance's rules, as ``init(strict=True)`` (default on); 0

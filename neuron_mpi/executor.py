@@ -247,19 +247,20 @@ class Scratch:
     overlaps the previous one, and reusing them spares an allocation (and its cold
     pages) per call."""
 
-    __slots__ = ("xs", "flags", "pend", "tmp", "tmp8")
+    __slots__ = ("xs", "flags", "pend", "tmp", "tmp8", "_state")
 
     def __init__(self, max_flags: int, tmp_elems: int, dtype):
-        self.xs = np.zeros(6, np.int64)
-        self.flags = np.zeros(max_flags, np.uint8)
-        self.pend = np.zeros((max_flags, 2), np.int64)
+        # the three state arrays are views of one buffer, zeroed in one fill
+        nflag = (max_flags + 7) // 8
+        self._state = st = np.zeros(6 + 2 * max_flags + nflag, np.int64)
+        self.xs = st[:6]
+        self.pend = st[6:6 + 2 * max_flags].reshape(max_flags, 2)
+        self.flags = st[6 + 2 * max_flags:].view(np.uint8)[:max_flags]
         self.tmp = np.empty(tmp_elems, dtype)
         self.tmp8 = self.tmp.view(np.uint8)  # the compiled run's view of it
 
     def zeroed(self):
-        self.xs.fill(0)
-        self.flags.fill(0)
-        self.pend.fill(0)
+        self._state.fill(0)
         return self.xs, self.flags, self.pend
 
 
@@ -671,11 +672,18 @@ NO_BOARD = (np.zeros(2, np.int32), np.zeros((1, 16), np.int64), 0, 0, np.zeros(1
              np.zeros(0, np.int64))
 
 
+# time.monotonic() reads CLOCK_MONOTONIC itself on Linux: its seconds convert directly
+_MONOTONIC = time.get_clock_info("monotonic").implementation == "clock_gettime(CLOCK_MONOTONIC)"
+
+
 def deadline_ns(deadline) -> int:
     """exec_run's deadline: CLOCK_MONOTONIC nanoseconds for a time.monotonic()
     ``deadline``; -1 for none."""
-    return -1 if deadline is None else int(
-        (deadline - time.monotonic()) * 1e9 + time.clock_gettime_ns(time.CLOCK_MONOTONIC))
+    if deadline is None:
+        return -1
+    if _MONOTONIC:
+        return int(deadline * 1e9)
+    return int((deadline - time.monotonic()) * 1e9 + time.clock_gettime_ns(time.CLOCK_MONOTONIC))
 
 
 def native_args(shm, np_, xs, flags, b0, b1, b2, comm_id: int, seq: int, code: int, board,

@@ -15,7 +15,12 @@ from .errors import InvalidArgumentError, arg_error
 from .vocab import REDUCE_OPS
 
 
+_KNOWN = kernels.dtypes._KNOWN  # dtypes already accepted (canonical_dtype keeps them)
+
+
 def array(x, name="x") -> np.ndarray:
+    if type(x) is np.ndarray and x.dtype in _KNOWN:
+        return x
     if not isinstance(x, np.ndarray):
         raise arg_error(name, "a numpy.ndarray", type(x).__name__)
     try:
@@ -36,7 +41,12 @@ def row_elems(x) -> int:
     return int(np.prod(x.shape[1:], dtype=np.int64)) if x.ndim else 1
 
 
+_OPS = frozenset(REDUCE_OPS)
+
+
 def reduce_op(op) -> str:
+    if type(op) is str and op in _OPS:
+        return op
     if isinstance(op, str) and op.lower() in REDUCE_OPS:
         return op.lower()
     raise arg_error("op", "one of " + ", ".join(REDUCE_OPS), op)

@@ -110,6 +110,38 @@ def test_values_are_read_at_every_call_whatever_holds_the_environment(monkeypatc
     assert env.trace_dir() is None
 
 
+def test_per_call_settings_follow_the_environment_at_every_call(monkeypatch):
+    """env.per_call (what every collective reads) keeps its parsing per set of raw
+    values: a change is seen at the next call, a bad value raises at every call, in
+    the readers' order, and a timeout argument wins over a bad NEURON_MPI_TIMEOUT."""
+    import os
+
+    for name in ("NEURON_MPI_ALGO", "NEURON_MPI_TIMEOUT", "NEURON_MPI_CHECK"):
+        monkeypatch.delenv(name, raising=False)
+    assert env.per_call() == (None, env.DEFAULT_TIMEOUT, True)
+    monkeypatch.setenv("NEURON_MPI_ALGO", "ring")
+    monkeypatch.setenv("NEURON_MPI_TIMEOUT", "0")
+    assert env.per_call() == ("ring", None, True)
+    assert env.per_call(3) == ("ring", 3.0, True)
+    monkeypatch.setenv("NEURON_MPI_CHECK", "off")
+    assert env.per_call() == ("ring", None, False)
+    monkeypatch.setenv("NEURON_MPI_TIMEOUT", "never")
+    for _ in range(2):
+        with pytest.raises(InvalidArgumentError, match="^NEURON_MPI_TIMEOUT: expected"):
+            env.per_call()
+    assert env.per_call(2) == ("ring", 2.0, False)
+    monkeypatch.setenv("NEURON_MPI_CHECK", "maybe")
+    with pytest.raises(InvalidArgumentError, match="^NEURON_MPI_TIMEOUT: expected"):
+        env.per_call()
+    for _ in range(2):
+        with pytest.raises(InvalidArgumentError, match="^NEURON_MPI_CHECK: expected"):
+            env.per_call(1)
+    with pytest.raises(InvalidArgumentError, match="^timeout: expected seconds"):
+        env.per_call("soon")
+    monkeypatch.setattr(os, "environ", {"NEURON_MPI_ALGO": "mesh"})
+    assert env.per_call() == ("mesh", env.DEFAULT_TIMEOUT, True)
+
+
 def test_topology_reads_the_environment(monkeypatch):
     from neuron_mpi.topology import resolve
 

@@ -567,3 +567,27 @@ def test_a_damaged_build_ahead_of_time_falls_back_to_numba(tmp_path):
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "neuron_mpi.transport.plane"], out.stdout
+
+
+@pytest.mark.parametrize("max_flags", [1, 7, 8, 9, 40])
+def test_scratch_state_is_three_disjoint_arrays_zeroed_in_one(max_flags):
+    """A compiled run's state (executor.Scratch): xs, flags and pend share one
+    buffer; each has the shape and type the plane expects, none overlaps another,
+    and zeroed() clears all of them."""
+    from neuron_mpi.executor import Scratch
+
+    sc = Scratch(max_flags, 5, np.float32)
+    assert (sc.xs.shape, sc.xs.dtype) == ((6,), np.int64)
+    assert (sc.flags.shape, sc.flags.dtype) == ((max_flags,), np.uint8)
+    assert (sc.pend.shape, sc.pend.dtype) == ((max_flags, 2), np.int64)
+    assert all(a.flags.c_contiguous and a.flags.writeable for a in (sc.xs, sc.flags, sc.pend))
+    for a, b in [(sc.xs, sc.flags), (sc.xs, sc.pend), (sc.flags, sc.pend),
+                 (sc.tmp, sc.xs), (sc.tmp, sc.flags), (sc.tmp, sc.pend)]:
+        assert not np.shares_memory(a, b)
+    sc.xs[:] = 3
+    sc.flags[:] = 0xFF
+    sc.pend[:] = -1
+    assert sc.xs.sum() == 18 and sc.flags.all() and (sc.pend == -1).all()  # untouched
+    xs, flags, pend = sc.zeroed()
+    assert xs is sc.xs and flags is sc.flags and pend is sc.pend
+    assert not (xs.any() or flags.any() or pend.any())

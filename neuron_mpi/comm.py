@@ -639,8 +639,11 @@ class Communicator:
 
     @_collective("barrier")
     def barrier(self, timeout=None) -> None:
-        dummy = np.empty(0, np.uint8)
-        self._run("barrier", None, 0, dummy, None, (0,), timeout=timeout)
+        # with the argument agreement on, the agreement is the barrier: no rounds of
+        # empty messages after it (algorithms/direct.barrier)
+        agreed = 1 if self.size > 1 and _checking() else None
+        self._run("barrier", None, 0, _EMPTY_BYTES, None, (0,), extra=agreed,
+                  timeout=timeout)
 
     # --- rooted collectives and prefix reductions (algorithms/rooted.py) ----------------
     @_collective("reduce")

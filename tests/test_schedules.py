@@ -313,3 +313,19 @@ def test_rdh_partners_are_hypercube_neighbours():
                 assert bin(a ^ b).count("1") == 1
     # 3 intra-chip + 4 halving + 4 doubling + 3 intra-chip rounds
     assert len(sched.rounds) == 14
+
+
+@pytest.mark.parametrize("n", [2, 3, 8, 64])
+def test_barrier_after_an_agreement_needs_no_rounds(n):
+    """A barrier whose argument agreement runs first (extra set: the agreement is a
+    barrier already) has no rounds; without it, a dissemination barrier of
+    ceil(log2 n) rounds in which every member sends one empty message per round."""
+    view = GroupView(nm.topology("trn2.48xlarge", ranks=64), range(n))
+    agreed = schedule_for(view, "barrier", "direct", 0, False, 1)
+    assert agreed.steps == []
+    plain = schedule_for(view, "barrier", "direct", 0, False, None)
+    rounds = [s for s in plain.steps if getattr(s, "xfers", None)]
+    assert len(rounds) == (n - 1).bit_length()
+    for r in rounds:
+        assert sorted(x.src for x in r.xfers) == list(range(n))
+        assert all(x.count == 0 for x in r.xfers)

@@ -47,11 +47,13 @@ def broadcast(view, count, root):
     return P.sched("broadcast", "direct", n, [count] * n, [count] * n, [0] * n, pre, rounds)
 
 
-def barrier(view):
-    """Dissemination barrier: ceil(log2 n) rounds of empty messages."""
+def barrier(view, agreed=False):
+    """Dissemination barrier: ceil(log2 n) rounds of empty messages. ``agreed``: the
+    call's argument agreement runs first, and it is itself a barrier (no member
+    passes it before every member has arrived), so no rounds are needed."""
     n = view.size
     rounds, k = [], 1
-    while k < n:
+    while k < n and not agreed:
         rounds.append([Xfer(i, (i + k) % n, IN, 0, 0, OUT, 0) for i in range(n)])
         k *= 2
     return P.sched("barrier", "direct", n, [0] * n, [0] * n, [0] * n, [], rounds)
@@ -67,7 +69,7 @@ def build(op, view, sizes, avg=False, extra=None):
     if op == "broadcast":
         return broadcast(view, sizes, extra)
     if op == "barrier":
-        return barrier(view)
+        return barrier(view, bool(extra))
     raise AssertionError(op)
 
 

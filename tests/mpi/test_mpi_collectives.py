@@ -500,8 +500,12 @@ def test_a_receive_whose_sender_never_comes_times_out_naming_it(comm, call):
     comm.barrier()
 
 
-def test_barrier(comm):
-    """Nobody leaves the barrier before the last rank (0, after a sleep) entered."""
+@pytest.mark.parametrize("check", ["1", "0"])
+def test_barrier(comm, monkeypatch, check):
+    """Nobody leaves the barrier before the last rank (0, after a sleep) entered:
+    with the argument agreement on (the agreement is the barrier) and off (rounds
+    of empty messages)."""
+    monkeypatch.setenv("NEURON_MPI_CHECK", check)
     n, me = comm.size, comm.rank
     comm.barrier()
     if me == 0:

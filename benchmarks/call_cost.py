@@ -28,7 +28,7 @@ from mpi4py import MPI
 import neuron_mpi as nm
 from neuron_mpi.bench.sizes import parse_size
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier")
 
 
 def cpu() -> float:
@@ -40,6 +40,8 @@ def calls(op, comm, world, nbytes):
     """(neuron_mpi call, MPI call, check) on buffers of ``nbytes`` per rank."""
     n, me = comm.size, comm.rank
     count = max(1, nbytes // 4)
+    if op == "barrier":  # (no bytes: --bytes is ignored)
+        return comm.barrier, world.Barrier, lambda: True
     if op == "all_reduce":
         x = np.full(count, me + 1, np.float32)
         out, ref = np.empty_like(x), np.empty_like(x)

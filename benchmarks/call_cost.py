@@ -112,7 +112,8 @@ def main(argv=None) -> int:
     if comm.rank == 0:
         cs = np.array(per_rank).mean(axis=0)
         split = f"; {cs[1]:.1f} us of the wall inside the compiled run" if a.split else ""
-        print(f"# {a.op} of {a.bytes} on {comm.size} ranks ({comm.topology.instance}), "
+        what = a.op if a.op == "barrier" else f"{a.op} of {a.bytes}"
+        print(f"# {what} on {comm.size} ranks ({comm.topology.instance}), "
               f"{a.calls} calls, algorithm {comm.last_call.algorithm}")
         print(f"neuron_mpi: {wall:9.1f} us per call, CPU {cs[0]:.1f} us per call and rank{split}")
         print(f"MPI       : {mpi_wall:9.1f} us per call, CPU {cs[2]:.1f} us per call and rank")

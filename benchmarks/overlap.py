@@ -1,6 +1,7 @@
 """Overlap of an async collective with compute: the CC core at work.
 
     neuron-mpirun -n 64 python benchmarks/overlap.py [--bytes 4MB] [--iters 5]
+                                                    [--loop-iters K] [--json FILE]
 
 First the blocking all_reduce of ``--bytes`` is timed (C, the median). Then each
 iteration starts the same all_reduce with ``async_op=True``, "computes" for T = C
@@ -20,6 +21,13 @@ time is the slowest rank's; the ranks' times are combined after the loop, so no
 rank waits in an MPI call (which polls the CPU) while others are still timed.
 Results are checked. Rank 0 prints one line per size and a JSON record with
 --json FILE.
+
+``--loop-iters K`` adds the step loop of a training program: K iterations back to
+back with no barrier between them (``steady``), so each call starts while the
+ranks are still spread out from the previous one, as they are in a real step
+loop; the barrier per iteration above starts every rank at once, and at 64 ranks
+on 2 cores the agents that must all wake first then queue for the cores. The loop
+has its own C (blocking calls back to back) and blocking baseline.
 """
 from __future__ import annotations
 
@@ -44,7 +52,7 @@ def _slowest(seconds: list) -> list:
     return out.tolist()
 
 
-def measure(comm, nbytes: int, iters: int, fresh: bool = False) -> dict:
+def measure(comm, nbytes: int, iters: int, fresh: bool = False, loop_iters: int = 0) -> dict:
     n = comm.size
     x = np.arange(max(1, nbytes // 4), dtype=np.float32) % 7 + comm.rank
     want = (np.arange(x.size, dtype=np.float32) % 7) * n + n * (n - 1) / 2
@@ -76,11 +84,47 @@ def measure(comm, nbytes: int, iters: int, fresh: bool = False) -> dict:
         serial.append(time.perf_counter() - t0)
         wrong += int(not np.array_equal(y, want))
     wall, ser = statistics.median(_slowest(walls)), statistics.median(_slowest(serial))
-    return {"bytes": x.nbytes, "ranks": n, "C_ms": c * 1e3, "T_ms": t * 1e3,
-            "wall_ms": wall * 1e3, "overlap": (t + c - wall) / min(t, c),
-            "serial_wall_ms": ser * 1e3, "serial_overlap": (t + c - ser) / min(t, c),
-            "fresh_results": fresh,
-            "wrong": MPI.COMM_WORLD.allreduce(wrong)}
+    row = {"bytes": x.nbytes, "ranks": n, "C_ms": c * 1e3, "T_ms": t * 1e3,
+           "wall_ms": wall * 1e3, "overlap": (t + c - wall) / min(t, c),
+           "serial_wall_ms": ser * 1e3, "serial_overlap": (t + c - ser) / min(t, c),
+           "fresh_results": fresh}
+    if loop_iters:
+        row.update(steady(comm, x, want, o_async, o_block, loop_iters))
+        wrong += row.pop("wrong")
+    row["wrong"] = MPI.COMM_WORLD.allreduce(wrong)
+    return row
+
+
+def steady(comm, x, want, o_async, o_block, k: int) -> dict:
+    """The step loop of a training program: ``k`` iterations back to back, with no
+    barrier between them, so a call starts while the ranks are still spread out
+    from the last one. Three loops, each timed whole on every rank (the slowest
+    rank's total over ``k``): blocking calls alone (C), then blocking call and
+    compute T = C (its overlap is 0 by construction), then async call, compute T,
+    wait. Only the loops' last results are checked (a check per iteration would be
+    work between the calls)."""
+    def loop(mode: str, t: float) -> float:
+        comm.barrier()
+        t0 = time.perf_counter()
+        for _ in range(k):
+            if mode == "async":
+                h = comm.all_reduce(x, out=o_async, async_op=True)
+                time.sleep(t)
+                h.wait()
+            else:
+                comm.all_reduce(x, out=o_block)
+                if t:
+                    time.sleep(t)
+        return _slowest([(time.perf_counter() - t0) / k])[0]
+
+    c = loop("block", 0.0)
+    ser = loop("block", c)
+    wrong = int(not np.array_equal(o_block, want))
+    wall = loop("async", c)
+    wrong += int(not np.array_equal(o_async, want))
+    return {"loop_iters": k, "loop_C_ms": c * 1e3, "loop_wall_ms": wall * 1e3,
+            "loop_overlap": (2 * c - wall) / c, "loop_serial_wall_ms": ser * 1e3,
+            "loop_serial_overlap": (2 * c - ser) / c, "wrong": wrong}
 
 
 def main(argv=None) -> int:
@@ -90,17 +134,28 @@ def main(argv=None) -> int:
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--fresh-results", action="store_true",
                    help="let every call allocate its result (no out= buffers)")
+    p.add_argument("--loop-iters", type=int, default=0, metavar="K",
+                   help="also time a step loop of K back-to-back iterations (no barrier "
+                        "between them), with its own C and blocking baseline")
     a = p.parse_args(argv)
+    if a.loop_iters < 0:
+        p.error(f"--loop-iters: expected an integer >= 0, got {a.loop_iters}")
     comm = nm.init()
-    rows = [measure(comm, b, a.iters, a.fresh_results) for b in a.bytes]
+    rows = [measure(comm, b, a.iters, a.fresh_results, a.loop_iters) for b in a.bytes]
     if comm.rank == 0:
         print(f"# overlap of an async all_reduce with T = C of compute (a sleep), "
               f"{comm.size} ranks on {comm.topology.instance}")
+        loop_head = (f" {'loop C(ms)':>11} {'loop wall(ms)':>14} {'loop overlap':>13} "
+                     f"{'loop blocking overlap':>22}") if a.loop_iters else ""
         print(f"# {'bytes':>10} {'C(ms)':>9} {'wall(ms)':>9} {'overlap':>8} "
-              f"{'blocking wall(ms)':>18} {'blocking overlap':>17} {'wrong':>6}")
+              f"{'blocking wall(ms)':>18} {'blocking overlap':>17}{loop_head} {'wrong':>6}")
         for r in rows:
+            loop = (f" {r['loop_C_ms']:11.2f} {r['loop_wall_ms']:14.2f} "
+                    f"{r['loop_overlap']:13.2f} {r['loop_serial_overlap']:22.2f}"
+                    ) if a.loop_iters else ""
             print(f"  {r['bytes']:>10} {r['C_ms']:9.2f} {r['wall_ms']:9.2f} {r['overlap']:8.2f} "
-                  f"{r['serial_wall_ms']:18.2f} {r['serial_overlap']:17.2f} {r['wrong']:>6}")
+                  f"{r['serial_wall_ms']:18.2f} {r['serial_overlap']:17.2f}{loop} "
+                  f"{r['wrong']:>6}")
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(rows, f, indent=1)

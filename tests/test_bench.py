@@ -342,6 +342,32 @@ def test_p2p_benchmark_runs_every_method_exactly():
     assert all(float(r[4]) == 1.0 for r in rows if r[1] == "mpi")
 
 
+def test_overlap_benchmark_reports_both_measures(tmp_path):
+    """benchmarks/overlap.py on 8 ranks with --loop-iters: a row per size with the
+    per-iteration and the step-loop measures, each overlap computed from its own
+    columns, results checked (0 wrong), the same figures in the JSON, exit 0; a
+    negative --loop-iters is a usage error naming the option."""
+    out = tmp_path / "o.json"
+    prog = [sys.executable, str(ROOT / "benchmarks" / "overlap.py")]
+    res = _launch(["--bytes", "64KB", "256KB", "--iters", "2", "--loop-iters", "3",
+                   "--json", str(out)], program=prog)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = [ln.split() for ln in res.stdout.splitlines() if ln and not ln.startswith("#")]
+    assert [int(r[0]) for r in lines] == [64 << 10, 256 << 10]
+    rows = json.loads(out.read_text())
+    for r, ln in zip(rows, lines):
+        assert r["wrong"] == 0 and ln[-1] == "0"
+        assert r["loop_iters"] == 3 and r["loop_C_ms"] > 0 and r["loop_wall_ms"] > 0
+        c, t = r["C_ms"], r["T_ms"]
+        assert r["overlap"] == pytest.approx((t + c - r["wall_ms"]) / min(t, c))
+        assert r["loop_overlap"] == pytest.approx(2 - r["loop_wall_ms"] / r["loop_C_ms"])
+        assert r["loop_serial_overlap"] == pytest.approx(
+            2 - r["loop_serial_wall_ms"] / r["loop_C_ms"])
+        assert float(ln[8]) == pytest.approx(r["loop_overlap"], abs=0.006)
+    bad = _launch(["--loop-iters", "-1"], program=prog, timeout=120)
+    assert bad.returncode != 0 and "--loop-iters" in bad.stderr
+
+
 @pytest.mark.parametrize("op", ["all_reduce", "all_to_all", "barrier"])
 def test_call_cost_benchmark_checks_and_reports(op):
     """benchmarks/call_cost.py on 8 ranks: both loops timed, the compiled run's share

@@ -64,10 +64,13 @@ class Bell:
     """A futex word this rank sleeps on: its doorbell in the shared segment, or a
     private word when there is no segment."""
 
-    def __init__(self, words: np.ndarray, index: int):
+    def __init__(self, words: np.ndarray, index: int, ring=None):
+        """``ring``: a compiled ring of this word (ShmTransport.ringer), one call
+        instead of three atomics and a ctypes futex call."""
         self.words = words
         self.index = index
         self.addr = words.ctypes.data + index * words.itemsize
+        self._ring = ring
 
     def value(self) -> int:
         return int(A.load(self.words, self.index))
@@ -75,6 +78,9 @@ class Bell:
     def ring(self) -> None:
         """Wake every sleeper: those on any ring and a compiled run counting
         pieces (transport.native's control words)."""
+        if self._ring is not None:
+            self._ring()
+            return
         i = self.index
         A.fetch_add(self.words, i, 1)
         if A.load(self.words, i + CTL_ANY) > 0 or A.load(self.words, i + CTL_COUNTING) > 0:
@@ -133,8 +139,8 @@ class Engine:
             local = shm.local
             self.hops = NextHops(topo, self.rank, shm.members, lambda r: local[r])
             self._my_row = local[self.rank]
-            self.bell = Bell(*shm.bell())
-            agent_bell = Bell(*shm.agent_bell())
+            self.bell = Bell(*shm.bell(), ring=shm.ringer(0))
+            agent_bell = Bell(*shm.agent_bell(), ring=shm.ringer(2))
         else:
             self._ledger = np.zeros(n * 2, np.int64)
             self.hops = NextHops(topo, self.rank, (), lambda r: 0)

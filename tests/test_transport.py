@@ -53,6 +53,35 @@ def test_futex_wait_times_out_and_wakes_across_threads():
     assert woke == [True] and not th.is_alive()
 
 
+@pytest.mark.parametrize("word", [0, 2])
+def test_a_compiled_ring_acts_as_the_python_one(pair, word):
+    """engine.Bell with ShmTransport.ringer (one compiled call) adds one to the
+    word, as the Python ring does, and wakes a thread asleep on it; with nobody
+    asleep it only adds."""
+    from neuron_mpi.engine import Bell
+
+    b = pair[2]
+    words, index = (b.bell() if word == 0 else b.agent_bell())
+    fast, slow = Bell(words, index, ring=b.ringer(word)), Bell(words, index)
+    v = fast.value()
+    fast.ring()
+    slow.ring()
+    assert fast.value() == v + 2
+    woke = []
+
+    def sleeper(seen):
+        t0 = time.monotonic()
+        slow.sleep(seen, 5.0)
+        woke.append(time.monotonic() - t0)
+
+    th = threading.Thread(target=sleeper, args=(fast.value(),))
+    th.start()
+    time.sleep(0.1)
+    fast.ring()
+    th.join(3)
+    assert len(woke) == 1 and woke[0] < 3 and fast.value() == v + 3
+
+
 def test_segment_is_unlinked_once_mapped(pair):
     seg, _, _ = pair
     assert seg.path.startswith(os.path.join(SHM_DIR, "neuron_mpi-"))

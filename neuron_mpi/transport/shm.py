@@ -24,6 +24,7 @@ sender the read is done.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -66,6 +67,11 @@ class ShmTransport:
     def agent_bell(self) -> tuple[np.ndarray, int]:
         """The word this rank's agent sleeps on while it has nothing to do."""
         return self.seg.ctl, self.me * CTL_STRIDE + 2
+
+    def ringer(self, word: int):
+        """A compiled ring of this rank's ``word`` (0: doorbell, 2: agent), as
+        engine.Bell.ring does it: add one, wake the sleepers if any."""
+        return functools.partial(native.ring, self.seg8, self.g, self.me, word)
 
     def reaches(self, world: int) -> bool:
         return world in self.local

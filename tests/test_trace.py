@@ -163,13 +163,14 @@ def _check_against_schedules(doc, n):
             a = c["args"]
             op, item = c["name"], np.dtype(a["dtype"]).itemsize
             elems = a["bytes"] // item
+            extra = None
             if op == "all_reduce":
                 sizes = elems
-            elif op == "barrier":
-                sizes = 0
+            elif op == "barrier":  # its agreement ran (the default): it is the barrier
+                sizes, extra = 0, 1
             else:  # all_gather: output bytes; reduce_scatter: input bytes
                 sizes = (elems // n,) * n
-            sched = schedule_for(view, op, a["algorithm"], sizes, False, None)
+            sched = schedule_for(view, op, a["algorithm"], sizes, False, extra)
             want.append(len(Plan(sched, view, r).steps))
             assert a["steps"] == want[-1]
             if r == 0:

@@ -259,20 +259,76 @@ def test_exec_run_reports_a_deadline():
     assert 0.04 <= time.monotonic() - t0 < 2.0
 
 
-def test_a_full_channel_is_copied_aside_only_after_a_grace():
-    """A channel whose slots are all taken by pieces the run cannot use, while their
-    sender waits for room: the run first waits STUCK_GRACE_NS for itself to move
-    (the call holding them up usually ends), then returns PYTHON so the caller copies
-    them aside; it never sleeps on with the sender blocked."""
+def _stuck_run():
+    """_waiting_run with channel 1 -> 0 full of pieces the run cannot use, while
+    their sender waits for room."""
     seg, g, args = _waiting_run()
     L, K = int(g[native.G_L]), int(g[native.G_K])
     state = seg[g[native.G_STATE]:g[native.G_STATE] + L * L * K * 8].view(np.int64)
     want = seg[g[native.G_WANT]:g[native.G_WANT] + L * L * 4].view(np.int32)
     state[(0 * L + 1) * K:(0 * L + 1) * K + K] = 5  # channel 1 -> 0: full, of nothing ours
     want[0 * L + 1] = 1
+    return seg, g, args
+
+
+def test_a_full_channel_is_copied_aside_only_after_a_grace():
+    """A channel whose slots are all taken by pieces the run cannot use, while their
+    sender waits for room: the run first waits STUCK_GRACE_NS for itself to move
+    (the call holding them up usually ends), then returns PYTHON so the caller copies
+    them aside; it never sleeps on with the sender blocked."""
+    _, _, args = _stuck_run()
+    assert native.exec_run(*args, np.zeros(1, np.int32), 1) == native.TIMEOUT  # compiled
     t0 = time.monotonic()
     deadline = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + 10_000_000_000
     assert native.exec_run(*args, np.zeros(1, np.int32), deadline) == native.PYTHON
+    assert time.monotonic() - t0 >= native.STUCK_GRACE_NS / 1e9 * 0.9
+
+
+@pytest.mark.parametrize("others", [0, 1])
+def test_a_channel_full_of_the_runs_own_later_pieces_is_not_copied_aside(others):
+    """A full channel whose sender waits, holding pieces of the run's own call for a
+    later round: the run takes them itself once there, and holding them never blocks
+    it, so it keeps waiting for its current piece (here until its deadline) instead
+    of handing them to be copied aside; one piece of another call among them makes
+    the channel stuck again (PYTHON after the grace)."""
+    seg, g, args = _stuck_run()
+    L, K, H = int(g[native.G_L]), int(g[native.G_K]), native.HDR_WORDS
+    hdr = seg[g[native.G_HDR]:g[native.G_HDR] + L * L * K * H * 8].view(np.int64)
+    for k in range(K):
+        slot = (0 * L + 1) * K + k
+        # comm 1, call 1 (the run's), transfer 5 (not this round's), for world rank 0
+        hdr[slot * H:slot * H + 8] = (1, 2 if k < others else 1, 5, k, 8, 8, 1, 0)
+    assert native.exec_run(*args, np.zeros(1, np.int32), 1) == native.TIMEOUT  # compiled
+    t0 = time.monotonic()
+    deadline = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + 100_000_000
+    got = native.exec_run(*args, np.zeros(1, np.int32), deadline)
+    if others:
+        assert got == native.PYTHON
+    else:
+        assert got == native.TIMEOUT and time.monotonic() - t0 >= 0.09
+
+
+def test_rings_that_move_nothing_do_not_cut_the_grace_short():
+    """Rings of the doorbell during the grace (pieces of later rounds, say, with 64
+    ranks on 2 cores) wake the run, which moves nothing: it still waits out the
+    whole grace before the caller copies anything aside."""
+    seg, g, args = _stuck_run()
+    assert native.exec_run(*args, np.zeros(1, np.int32), 1) == native.TIMEOUT  # compiled
+    stop = threading.Event()
+
+    def ringer():
+        while not stop.is_set():
+            native.ring(seg, g, 0, 0)
+            time.sleep(0.0002)
+
+    th = threading.Thread(target=ringer)
+    th.start()
+    t0 = time.monotonic()
+    try:
+        assert native.exec_run(*args, np.zeros(1, np.int32), -1) == native.PYTHON
+    finally:
+        stop.set()
+        th.join()
     assert time.monotonic() - t0 >= native.STUCK_GRACE_NS / 1e9 * 0.9
 
 

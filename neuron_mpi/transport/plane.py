@@ -351,19 +351,34 @@ def passing(seg, g, out):
 def stuck(seg, g, out):
     """Slots of channels whose sender waits for room while all K slots are full:
     the caller copies them aside. Returns how many were written to ``out``."""
-    L, K, me = g[G_L], g[G_K], g[G_ME]
+    return _stuck(seg, g, out, 0, 0)
+
+
+@njit(**PLANE_OPTIONS)
+def _stuck(seg, g, out, comm, seq):
+    """stuck(), leaving out the channels whose K pieces all belong to this rank's
+    collective call (comm, seq) (seq > 0; 0: none is left out): the run of that
+    call takes them itself in a later round, and holding them never blocks it (a
+    rank of the lowest round of a schedule always progresses: whoever it waits for
+    has sent, or is in that round too), so copying them aside only costs."""
+    L, K, me, mew = g[G_L], g[G_K], g[G_ME], g[G_MEW]
     state = _state(seg, g)
     want = _want(seg, g)
+    hdr = _hdr(seg, g)
     n = 0
     for s in range(L):
         if want[me * L + s] == 0:
             continue
         base = (me * L + s) * K
         full = 0
+        ours = 0
         for k in range(K):
-            if state[base + k] != 0:
+            if _load(state, base + k) != 0:
                 full += 1
-        if full == K:
+                h = (base + k) * HDR_WORDS
+                if seq > 0 and hdr[h] == comm and hdr[h + 1] == seq and hdr[h + 7] == mew:
+                    ours += 1
+        if full == K and ours < K:
             for k in range(K):
                 if n < out.size:
                     out[n] = base + k
@@ -628,7 +643,8 @@ def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, loc
     bi = g[G_ME] * 16
     ts = _stack_i64(2)
     scratch = _stack_i64(1)  # stuck()'s: only whether any is
-    graced = False
+    graced_at = np.int64(-1)  # when a channel was first found stuck, nothing moved since
+    left = np.int64(0)
     spins = 0
     while True:
         seen = _load(ctl, bi)
@@ -640,7 +656,7 @@ def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, loc
         if _load(claim, 0) != 0:
             return YIELDED
         if moved:
-            graced = False
+            graced_at = np.int64(-1)
             spins = 0
             continue
         while spins < g[G_SPIN] and _load(ctl, bi) == seen and _load(claim, 0) == 0:
@@ -649,21 +665,26 @@ def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, loc
         if _load(ctl, bi) != seen or _load(claim, 0) != 0:
             continue
         grace = False
-        if xs[3] == 0 and stuck(seg, g, scratch) > 0:
+        if xs[3] == 0 and _stuck(seg, g, scratch, comm, seq) > 0:
             # a full channel this run cannot empty (pieces of a later call, or of
             # another execution): wait STUCK_GRACE_NS for this run to move first, as
-            # the call holding them up usually ends soon; still stuck with nothing
-            # moved: the caller copies them aside
-            if graced:
+            # the call holding them up usually ends soon; still stuck when it is over,
+            # with nothing moved (rings meanwhile that moved nothing do not cut it
+            # short): the caller copies them aside
+            now = _now_ns(ts)
+            if graced_at < 0:
+                graced_at = now
+            elif now - graced_at >= STUCK_GRACE_NS:
                 return PYTHON
-            graced = grace = True
+            grace = True
+            left = STUCK_GRACE_NS - (now - graced_at)
         wait = np.int64(-1)  # (typed alike by the JIT and by numba.pycc)
         if deadline_ns >= 0:
             wait = deadline_ns - _now_ns(ts)
             if wait <= 0:
                 return TIMEOUT
-        if grace and (wait < 0 or wait > STUCK_GRACE_NS):
-            wait = np.int64(STUCK_GRACE_NS)
+        if grace and (wait < 0 or wait > left):
+            wait = left
         if wait >= 0:
             ts[0] = wait // 1000000000
             ts[1] = wait % 1000000000

@@ -676,3 +676,18 @@ def test_scratch_state_is_three_disjoint_arrays_zeroed_in_one(max_flags):
     xs, flags, pend = sc.zeroed()
     assert xs is sc.xs and flags is sc.flags and pend is sc.pend
     assert not (xs.any() or flags.any() or pend.any())
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_deadline_ns_is_the_same_instant_on_clock_monotonic(monkeypatch, direct):
+    """executor.deadline_ns turns a time.monotonic() deadline into CLOCK_MONOTONIC
+    nanoseconds for the compiled run: directly where time.monotonic() reads that
+    clock, else through the two clocks' offset; -1 for no deadline."""
+    from neuron_mpi import executor
+
+    monkeypatch.setattr(executor, "_MONOTONIC", direct)
+    assert executor.deadline_ns(None) == -1
+    for ahead in (0.0, 1.5, 3600.0):
+        want = time.clock_gettime_ns(time.CLOCK_MONOTONIC) + int(ahead * 1e9)
+        got = executor.deadline_ns(time.monotonic() + ahead)
+        assert abs(got - want) < 50_000_000, (ahead, got - want)

@@ -35,7 +35,8 @@ from .engine import make_engine
 from .errors import (CollectiveTimeoutError, CommunicatorFailedError,
                      InvalidArgumentError, NeuronMPIError, TopologyError, arg_error)
 from .executor import (CODES, NO_BOARD, Execution, Plan, Scratch, SendRecvExecution,
-                       make_buffers, native_args, pieces, retag_sendrecv, sendrecv_plan)
+                       make_buffers, native_args, native_head, pieces, retag_sendrecv,
+                       sendrecv_plan)
 from .kernels import dtype_name
 from .recorder import FlightRecorder
 from .schedule import CallRecord
@@ -151,14 +152,11 @@ class _Shape:
     def run_args(self, shm, b0, b1, comm_id, seq, board) -> tuple:
         """executor.native_args for a blocking run of this shape on its scratch
         (zeroed by the caller), the arguments that never change kept."""
-        head = self.head
-        if head is None:
-            np_, sc = self.plan.native, self.scratch
-            head = self.head = (shm.seg8, shm.g, shm.gen, np_.steps, np_.rounds, np_.sends,
-                                np_.charges, np_.recvs, np_.keys, np_.order, np_.locs, sc.xs,
-                                sc.flags)
-        return head + (b0, b1, self.scratch.tmp8, comm_id, seq, self.code) + board + (
-            self.scratch.pend,)
+        np_, sc = self.plan.native, self.scratch
+        if self.head is None:
+            self.head = native_head(shm, np_, sc.xs, sc.flags)
+        return native_args(shm, np_, sc.xs, sc.flags, b0, b1, sc.tmp8, comm_id, seq,
+                           self.code, board, sc.pend, self.head)
 
     def lend(self):
         """A scratch for an async call of this shape, which may be in flight with

@@ -686,15 +686,23 @@ def deadline_ns(deadline) -> int:
     return int((deadline - time.monotonic()) * 1e9 + time.clock_gettime_ns(time.CLOCK_MONOTONIC))
 
 
+def native_head(shm, np_, xs, flags) -> tuple:
+    """The leading arguments of native_args, which do not change between runs of
+    one plan on one state (a call shape keeps them: comm._Shape.run_args)."""
+    return (shm.seg8, shm.g, shm.gen, np_.steps, np_.rounds, np_.sends, np_.charges, np_.recvs,
+            np_.keys, np_.order, np_.locs, xs, flags)
+
+
 def native_args(shm, np_, xs, flags, b0, b1, b2, comm_id: int, seq: int, code: int, board,
-                pend) -> tuple:
+                pend, head=None) -> tuple:
     """The arguments of transport.native's exec_pass / exec_run (without exec_run's
     claim word and deadline) for one run of the native plan ``np_``: the segment,
     the plan's tables, the run's state, the three byte buffers, the call's key, the
-    reduction kernel's code, the board agreement (NO_BOARD: none) and ``pend``."""
-    return (shm.seg8, shm.g, shm.gen, np_.steps, np_.rounds, np_.sends, np_.charges, np_.recvs,
-            np_.keys, np_.order, np_.locs, xs, flags, b0, b1, b2, comm_id, seq, code) + board + (
-                pend,)
+    reduction kernel's code, the board agreement (NO_BOARD: none) and ``pend``.
+    ``head``: native_head's tuple for these, when kept."""
+    if head is None:
+        head = native_head(shm, np_, xs, flags)
+    return head + (b0, b1, b2, comm_id, seq, code) + board + (pend,)
 
 
 def make_buffers(x_flat, out_flat, tmp_elems, dtype, tmp=None):

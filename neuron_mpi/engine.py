@@ -398,8 +398,8 @@ class Engine:
             if not self.lock.acquire(blocking=False):
                 self._claim()  # (drive(), without its loop)
             try:
-                if self.active or self.outq or self.inbox or self.mpi is not None:
-                    return None  # (not solo())
+                if not self.solo():
+                    return None
                 return native.exec_run(*args, NO_CLAIM, deadline_ns(deadline))
             finally:
                 self.lock.release()

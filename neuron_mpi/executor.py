@@ -36,12 +36,16 @@ class Send:
 
 
 class Recv:
-    __slots__ = ("xid", "piece", "src", "buf", "off", "count", "reduce", "total")
+    __slots__ = ("xid", "piece", "src", "buf", "off", "count", "reduce", "total", "base")
 
-    def __init__(self, xid, piece, src, buf, off, count, reduce, total):
+    def __init__(self, xid, piece, src, buf, off, count, reduce, total, base=None):
         self.xid, self.piece, self.src = xid, piece, src
         self.buf, self.off, self.count, self.reduce = buf, off, count, reduce
         self.total = total  # bytes of the whole transfer (its sender's Send.total)
+        # a reduced piece whose destination still owes a leading copy: (buffer,
+        # offset) of the input region it reduces with, into the destination
+        # (destination = base op piece); None: destination op= piece
+        self.base = base
 
 
 _BUF_ID = {IN: 0, OUT: 1, TMP: 2}
@@ -91,8 +95,11 @@ class NativePlan:
                               int(hop.to == s.dst and not s.reduce)))
             rk = []
             for i, r in enumerate(st.recvs):
+                base = r.base
                 recvs.append((_BUF_ID[r.buf], r.off * itemsize, r.count * itemsize, r.xid,
-                              r.piece, int(r.reduce), r.total))
+                              r.piece, int(r.reduce), r.total,
+                              -1 if base is None else _BUF_ID[base[0]],
+                              0 if base is None else base[1] * itemsize))
                 rk.append(((r.xid << KEY_SHIFT) | r.piece, r_lo + i))
             rk.sort()
             keys.extend(k for k, _ in rk)
@@ -147,6 +154,117 @@ def _overlap(a, b) -> bool:
     return False
 
 
+# --- reading the input where it lies -------------------------------------------------
+# Many schedules start by copying the input into the buffer they work in (a leading
+# Locals step of copies from IN), which the time model charges nothing: the
+# hardware's first step reads the input where it lies (docs/model.md). A plan does
+# the same (elide_leading_copies): a region such a copy owes is never copied while
+# nothing needs it there. A send of it reads IN; the first reduced delivery into it
+# computes destination = input op piece in one pass (Recv.base); a copied delivery
+# overwrites it; any other use, and whatever OUT still owes at the end, gets the
+# copy first. On a 64-rank 8 MiB reduce-scatter (rdh) that is the whole 8 MiB copy
+# of a rank's input, a third of its memory traffic.
+
+
+def _owed_overlap(owed, buf, lo, hi) -> bool:
+    return any(b == buf and a < hi and lo < e for b, a, e, _ in owed)
+
+
+def _owed_cover(owed, buf, lo, hi):
+    """The input offset less the buffer offset of the owed region holding all of
+    [lo, hi) of ``buf``, or None."""
+    for b, a, e, shift in owed:
+        if b == buf and a <= lo and hi <= e:
+            return shift
+    return None
+
+
+def _owed_cut(owed, buf, lo, hi) -> list:
+    """Take [lo, hi) of ``buf`` out of the owed regions; returns the parts taken."""
+    taken, keep = [], []
+    for b, a, e, shift in owed:
+        if b != buf or e <= lo or hi <= a:
+            keep.append((b, a, e, shift))
+            continue
+        if a < lo:
+            keep.append((b, a, lo, shift))
+        if hi < e:
+            keep.append((b, hi, e, shift))
+        taken.append((b, max(a, lo), min(e, hi), shift))
+    owed[:] = keep
+    return taken
+
+
+def _copies(me, parts) -> list:
+    from .schedule import Local
+
+    return [Local(me, "copy", IN, a + shift, e - a, b, a) for b, a, e, shift in parts]
+
+
+def _owed_round(me, st, owed, out) -> "RoundStep":
+    """One round of an elided plan: the copies it needs first go to ``out``."""
+    dsts = [(r.buf, r.off, r.off + r.count) for r in st.recvs if r.count]
+    need = []
+    if _overlap(dsts, dsts):  # overlapping deliveries: none of them may be the first
+        for i, d in enumerate(dsts):
+            if _overlap([d], dsts[:i] + dsts[i + 1:]):
+                need += _owed_cut(owed, *d)
+    regions = [(s.buf, s.off, s.off + s.count) for s in st.sends if s.count] + dsts
+    changed = True
+    while changed:  # a region partly owed gets its copy (a cut may split another)
+        changed = False
+        for buf, lo, hi in regions:
+            if _owed_overlap(owed, buf, lo, hi) and _owed_cover(owed, buf, lo, hi) is None:
+                need += _owed_cut(owed, buf, lo, hi)
+                changed = True
+    if need:
+        out.append(("locals", _copies(me, need)))
+    sends = []
+    for s in st.sends:
+        shift = _owed_cover(owed, s.buf, s.off, s.off + s.count) if s.count else None
+        sends.append(s if shift is None else
+                     Send(s.xid, s.piece, s.dst, IN, s.off + shift, s.count, s.total, s.reduce))
+    recvs = []
+    for r in st.recvs:
+        shift = _owed_cover(owed, r.buf, r.off, r.off + r.count) if r.count else None
+        if shift is not None:
+            _owed_cut(owed, r.buf, r.off, r.off + r.count)
+            if r.reduce:
+                r = Recv(r.xid, r.piece, r.src, r.buf, r.off, r.count, True, r.total,
+                         (IN, r.off + shift))
+        recvs.append(r)
+    return RoundStep(sends, recvs)
+
+
+def elide_leading_copies(steps, me: int) -> list:
+    """``steps`` (a Plan's) without the copies of a leading Locals step of copies
+    from IN that nothing needs where they land (see above); the same results."""
+    if not steps or steps[0][0] != "locals" or not all(
+            lo.kind == "copy" and lo.src_buf == IN and lo.dst_buf != IN for lo in steps[0][1]):
+        return steps
+    owed = [(lo.dst_buf, lo.dst_off, lo.dst_off + lo.count, lo.src_off - lo.dst_off)
+            for lo in steps[0][1] if lo.count]
+    spans = [(b, a, e) for b, a, e, _ in owed]
+    if _overlap(spans, spans):
+        return steps
+    out: list = []
+    for kind, st in steps[1:]:
+        if kind == "locals":
+            need = []
+            for lo in st:
+                need += _owed_cut(owed, lo.src_buf, lo.src_off, lo.src_off + lo.count)
+                need += _owed_cut(owed, lo.dst_buf, lo.dst_off, lo.dst_off + lo.count)
+            if need:
+                out.append(("locals", _copies(me, need)))
+            out.append((kind, st))
+        else:
+            out.append(("round", _owed_round(me, st, owed, out)))
+    tail = [p for p in owed if p[0] == OUT]  # what the result still owes (TMP: nothing)
+    if tail:
+        out.append(("locals", _copies(me, tail)))
+    return out
+
+
 def pieces(count: int, per_piece: int) -> list[tuple[int, int]]:
     """(offset, length) pieces of ``count`` elements; one empty piece for 0."""
     if count <= 0:
@@ -159,12 +277,15 @@ class Plan:
     ranks as peers, transfer ids positional over the whole schedule)."""
 
     def __init__(self, schedule, view, me: int, itemsize: int = 1, piece_bytes: int = 1 << 18,
-                 engine=None, dtype_name: str = "", control: bool = False, cut=None):
+                 engine=None, dtype_name: str = "", control: bool = False, cut=None,
+                 elide: bool = True):
         """``control``: the control plane's own traffic (the routed agreement), which
         the link ledger does not count: link_stats() is the user's traffic. ``cut``:
         bytes per piece of a copied (not reduced) transfer between two world ranks
         (``Engine.piece_for``, also the default with an ``engine``); reduced
-        transfers, and all without either, are cut at ``piece_bytes``."""
+        transfers, and all without either, are cut at ``piece_bytes``. ``elide``:
+        read the input where it lies instead of copying it first
+        (elide_leading_copies)."""
         size = max(1, itemsize)
         per = max(1, piece_bytes // size)
         if cut is None and engine is not None:
@@ -196,6 +317,8 @@ class Plan:
                     xid += 1
                 if sends or recvs:
                     self.steps.append(("round", RoundStep(sends, recvs)))
+        if elide:
+            self.steps = elide_leading_copies(self.steps, me)
         self.tmp_elems = schedule.tmp_elems[me]
         self.native = None
         if engine is not None and engine.native and NativePlan.fits(self.steps, engine.hops):
@@ -590,6 +713,8 @@ class Execution:
             if r.reduce:
                 if self._reduce is None:
                     self._reduce = kernels.reducer(self.reduce_op, self.dtype)
+                if r.base is not None:  # the leading copy this delivery stands in for
+                    dst[...] = self._region(r.base[0], r.base[1], r.count)
                 self._reduce(dst, src)
             else:
                 dst[...] = src

@@ -44,3 +44,84 @@ def replay(schedule, inputs, op: str = "sum", dtype=None):
                 else:
                     raise AssertionError(lo.kind)
     return [b[OUT] for b in bufs]
+
+
+def replay_plans(plans, view, schedule, inputs, op: str = "sum", seed: int = 0):
+    """Replay members' executor Plans (one per member, in member order) in one
+    process, each member advancing on its own as the executor does: a round's
+    sends are read when the member starts the round; its deliveries are applied as
+    they arrive, in a random order (in listed order where they overlap each other),
+    and members take turns in a random order. The oracle for what a Plan does to a
+    schedule (piece cutting, executor.elide_leading_copies). Returns the members'
+    flat "out" buffers."""
+    from .kernels import divide_into_ref, reduce_into_ref
+
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(inputs[0].dtype)
+    n = len(plans)
+    member = {r: g for g, r in enumerate(view.ranks)}
+    bufs = [{IN: np.ascontiguousarray(inputs[g], dtype).reshape(-1).copy(),
+             OUT: np.zeros(schedule.out_elems[g], dtype),
+             TMP: np.zeros(plans[g].tmp_elems, dtype)} for g in range(n)]
+    for g in range(n):
+        bufs[g][IN].flags.writeable = False
+    box: dict = {}
+    pos, missing = [0] * n, [None] * n
+
+    def region(g, buf, off, count):
+        return bufs[g][buf][off:off + count]
+
+    def advance(g) -> bool:
+        steps = plans[g].steps
+        moved = False
+        while pos[g] < len(steps):
+            kind, st = steps[pos[g]]
+            if kind == "locals":
+                for lo in st:
+                    dst = region(g, lo.dst_buf, lo.dst_off, lo.count)
+                    src = region(g, lo.src_buf, lo.src_off, lo.count)
+                    if lo.kind == "copy":
+                        dst[...] = src
+                    elif lo.kind == "reduce":
+                        reduce_into_ref(dst, src.copy(), op)
+                    elif lo.kind == "divide":
+                        divide_into_ref(dst, lo.divisor)
+                    else:
+                        dst[...] = np.zeros(1, dtype)[0]
+                pos[g] += 1
+                moved = True
+                continue
+            if missing[g] is None:
+                for s in st.sends:
+                    box[(g, member[s.dst], s.xid, s.piece)] = region(g, s.buf, s.off, s.count).copy()
+                missing[g] = list(range(len(st.recvs)))
+                if not st.ordered:
+                    rng.shuffle(missing[g])
+                moved = True
+            still = []
+            for i in missing[g]:
+                r = st.recvs[i]
+                key = (member[r.src], g, r.xid, r.piece)
+                if key not in box or (still and st.ordered):
+                    still.append(i)
+                    continue
+                data = box.pop(key)
+                dst = region(g, r.buf, r.off, r.count)
+                if r.reduce:
+                    if r.base is not None:
+                        dst[...] = region(g, r.base[0], r.base[1], r.count)
+                    reduce_into_ref(dst, data, op)
+                else:
+                    dst[...] = data
+                moved = True
+            missing[g] = still
+            if still:
+                return moved
+            missing[g] = None
+            pos[g] += 1
+        return moved
+
+    while any(pos[g] < len(plans[g].steps) for g in range(n)):
+        if not any([advance(g) for g in rng.permutation(n)]):
+            raise RuntimeError("replay_plans: no member can advance (the plans deadlock)")
+    return [b[OUT] for b in bufs]

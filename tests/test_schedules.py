@@ -11,7 +11,8 @@ from neuron_mpi.algorithms.group import GroupView
 from neuron_mpi.algorithms.registry import NEURON_OPS
 from neuron_mpi.algorithms.select import _APPLIES, choose, schedule_for
 from neuron_mpi.errors import AlgorithmError
-from neuron_mpi.replay import replay
+from neuron_mpi.executor import Plan
+from neuron_mpi.replay import replay, replay_plans
 from neuron_mpi.router import lower
 from neuron_mpi.schedule import offsets
 
@@ -114,6 +115,14 @@ def check(view, op, algorithm, reduce_op="sum", dtype=np.int64, seed=0):
     want = reference(op, sizes, extra, inputs, reduce_op)
     for g in range(n):
         np.testing.assert_array_equal(outs[g], want[g], err_msg=f"{op}/{algorithm} member {g}")
+    if n <= 64:  # the members' executor plans, cut in pieces of 2 elements, as they run
+        item = np.dtype(dtype).itemsize
+        for elide in (True, False):
+            plans = [Plan(sched, view, g, item, 2 * item, elide=elide) for g in range(n)]
+            outs = replay_plans(plans, view, sched, inputs, reduce_op, seed)
+            for g in range(n):
+                np.testing.assert_array_equal(
+                    outs[g], want[g], err_msg=f"{op}/{algorithm} plan (elide {elide}) of {g}")
     for rnd in lower(sched, view, np.dtype(dtype).itemsize):
         for hop in rnd:
             link = view.topo.link_between_ranks(hop.src, hop.dst)

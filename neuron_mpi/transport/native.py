@@ -30,7 +30,10 @@ KEY_SHIFT = 20  # a piece's lookup key: xid << 20 | piece
 # whether the receiver may read the piece from the sender's buffer (its final
 # destination in this domain, delivered by copy)
 SEND_COLS = 11
-RECV_COLS = 7   # buf, byte offset, bytes, xid, piece, reduce, the transfer's bytes
+# buf, byte offset, bytes, xid, piece, reduce, the transfer's bytes, and for a reduced
+# piece that stands in for a leading copy the buffer (else -1) and byte offset of the
+# input it reduces with (destination = input op piece; executor.Recv.base)
+RECV_COLS = 9
 
 # A rank's control words (segment.CTL_STRIDE int32 each): 0 doorbell, 1 its sleepers
 # that wake on any ring, 2 the agent's word, 3 its sleepers, 4 a compiled run asleep

@@ -430,6 +430,22 @@ def _buf(b, b0, b1, b2):
     return b0 if b == 0 else (b1 if b == 1 else b2)
 
 
+ONTO_BLOCK = 16384  # bytes: a block copied, then reduced while still in cache
+
+
+@njit(**PLANE_OPTIONS)
+def _reduce_onto(code, dst, off, base, boff, seg, d, n):
+    """dst[off:off + n] = base[boff:boff + n] op seg[d:d + n], block by block, so
+    that each block is reduced while the copy just made of it is in cache: the
+    memory traffic of one three-operand pass, with the two-operand kernels."""
+    i = 0
+    while i < n:
+        m = min(ONTO_BLOCK, n - i)
+        copy_bytes(dst, off + i, base, boff + i, m)
+        reduce_bytes(code, dst[off + i:off + i + m], seg[d + i:d + i + m])
+        i += m
+
+
 @njit(**PLANE_OPTIONS)
 def _locals(locs, lo, hi, b0, b1, b2, code):
     for j in range(lo, hi):
@@ -576,7 +592,11 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
                 else:
                     d = g[G_DATA] + slot * g[G_S]
                     if recvs[row, 5]:
-                        reduce_bytes(code, dst[off:off + n], seg[d:d + n])
+                        if recvs[row, 7] >= 0:  # destination = input op piece
+                            _reduce_onto(code, dst, off, _buf(recvs[row, 7], b0, b1, b2),
+                                         recvs[row, 8], seg, d, n)
+                        else:
+                            reduce_bytes(code, dst[off:off + n], seg[d:d + n])
                     else:
                         copy_bytes(dst, off, seg, d, n)
                     release(seg, g, slot)

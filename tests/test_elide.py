@@ -135,3 +135,21 @@ def test_leading_steps_it_cannot_read_in_place_are_kept(lead):
     view = SimpleNamespace(ranks=[0, 1])
     assert _copies(Plan(sched, view, 0, 8, 1024).steps) == _copies(
         Plan(sched, view, 0, 8, 1024, elide=False).steps)
+
+
+def test_local_bytes_benchmark_shows_the_copies_gone():
+    """benchmarks/local_bytes.py at 8 ranks, 8 MiB: ring and rdh all-reduce copy
+    nothing locally once the input is read in place; every row moves fewer bytes."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "local_bytes.py"
+    out = subprocess.run([sys.executable, str(script), "-n", "8", "--bytes", "8MB"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = {ln.split()[0]: [float(v) for v in ln.split()[1:3]]
+            for ln in out.splitlines()[2:]}
+    assert set(rows) >= {"all_reduce:ring", "all_reduce:rdh", "reduce_scatter:rdh"}
+    assert rows["all_reduce:ring"] == [8.0, 0.0] and rows["all_reduce:rdh"] == [8.0, 0.0]
+    assert rows["reduce_scatter:rdh"] == [9.0, 1.0]
+    assert all(after < before for before, after in rows.values())

@@ -6,6 +6,7 @@ place, with and without reading the input where it lies
     python benchmarks/local_bytes.py [-n 64] [--instance trn2.48xlarge] [--lnc 2]
                                      [--bytes 8MB] [op:algorithm ...]
 
+``--bytes`` is each rank's input (all_gather: its output; permute: a ring).
 Prints, per op:algorithm, the mean over ranks of the MiB its local steps read and
 write (a copy counts its bytes once, as does a reduction into its destination),
 elided and not.
@@ -39,14 +40,20 @@ def main(argv=None):
     topo = nm.topology(a.instance, a.lnc, None, ranks=a.n)
     view = GroupView(topo, range(a.n))
     elems = parse_size(a.bytes) // 4
-    print(f"{a.n} ranks, {a.instance} LNC={a.lnc}, {a.bytes} float32 input per rank: "
-          "local MiB per rank and call")
+    print(f"{a.n} ranks, {a.instance} LNC={a.lnc}, {a.bytes} of float32 per rank (the "
+          "input; all_gather's output): local MiB per rank and call")
     print(f"{'op:algorithm':<28}{'copy first':>12}{'in place':>12}")
     for pair in a.pairs:
         op, algo = pair.split(":")
-        sizes = elems if op == "all_reduce" else (elems // a.n,) * a.n
+        sizes, extra = (elems // a.n,) * a.n, None  # reduce_scatter, all_gather
+        if op in ("all_reduce", "permute"):
+            sizes = elems
+        elif op == "all_to_all":
+            sizes = (sizes,) * a.n
+        if op == "permute":  # a ring
+            extra = tuple((i, (i + 1) % a.n) for i in range(a.n))
         try:
-            sched = schedule_for(view, op, algo, sizes)
+            sched = schedule_for(view, op, algo, sizes, False, extra)
         except Exception as e:  # an algorithm that does not apply here
             print(f"{pair:<28}{'-':>12}{'-':>12}  ({e})")
             continue

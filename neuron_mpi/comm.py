@@ -217,14 +217,17 @@ class Communicator:
 
     # --- running a schedule -------------------------------------------------------
     def _plan(self, op, algorithm, sizes, dtype, avg=False, extra=None, traced=False):
-        # a traced call runs on the executor's Python path, where steps are visible
+        # a traced call runs on the executor's Python path, where steps are visible,
+        # and runs the schedule's steps as written (its leading copies too), so that
+        # its trace has the steps of the modeled one (docs/trace.md)
         key = (op, algorithm, sizes, dtype, avg, extra, traced)
         plan = self._plans.get(key)
         if plan is None:
             sched = schedule_for(self._view, op, algorithm, sizes, avg, extra)
             eng = self._engine
             plan = Plan(sched, self._view, self.rank, dtype.itemsize, eng.piece_bytes,
-                        None if traced else eng, dtype_name(dtype), cut=eng.piece_for)
+                        None if traced else eng, dtype_name(dtype), cut=eng.piece_for,
+                        elide=not traced)
             plan.record = CallRecord(op, algorithm, sched, dtype.itemsize)
             if len(self._plans) > 64:
                 self._plans.clear()

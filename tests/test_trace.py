@@ -76,9 +76,9 @@ def test_check_rejects_a_non_document():
 
 # --- the modeled run ------------------------------------------------------------------
 def _plan_steps(view, op, algo, sizes, me, avg=False):
-    """Member ``me``'s steps of the schedule as the hardware runs it: the modeled
-    timeline keeps the leading copies (free there, a slice of 0 us), which the
-    emulator's plans leave out (executor.elide_leading_copies)."""
+    """Member ``me``'s steps of the schedule as written: the modeled timeline keeps
+    the leading copies (free there, a slice of 0 us), as traced calls do; untraced
+    calls leave them out (executor.elide_leading_copies)."""
     return len(Plan(schedule_for(view, op, algo, sizes, avg, None), view, me,
                     elide=False).steps)
 
@@ -175,7 +175,7 @@ def _check_against_schedules(doc, n):
             else:  # all_gather: output bytes; reduce_scatter: input bytes
                 sizes = (elems // n,) * n
             sched = schedule_for(view, op, a["algorithm"], sizes, False, extra)
-            want.append(len(Plan(sched, view, r).steps))
+            want.append(len(Plan(sched, view, r, elide=False).steps))
             assert a["steps"] == want[-1]
             if r == 0:
                 nflows += sum(1 for st in sched.rounds for x in st.xfers if x.src != x.dst)

@@ -130,12 +130,41 @@ def compare(table: np.ndarray, op: str, seq: int) -> None:
         raise err
 
 
+def _mix(pair: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of (pair index, count) per element (splitmix64's finalizer);
+    uint64 arithmetic wraps, as the sums over it must."""
+    z = pair * np.uint64(0x9E3779B97F4A7C15) + count * np.uint64(0xD1B54A32D192ED03)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def pair_share(me: int, send, recv) -> int:
+    """Member ``me``'s share of the all-to-all-v count check, one int64: the hashes
+    of (me -> j, send[j]) less those of (j -> me, recv[j]), summed mod 2**64. Summed
+    over the group the shares are 0 when every member sends each other what it
+    expects: each pair's hash is added by its sender and taken away by its receiver.
+    Any disagreement leaves a sum other than 0 (but for a 2**-64 chance), so the
+    common case needs no exchange of the count rows (``pairs_agree``)."""
+    n = len(send)
+    j = np.arange(n, dtype=np.uint64)
+    out = _mix(np.uint64(me) * np.uint64(n) + j, np.asarray(send, np.int64).astype(np.uint64))
+    into = _mix(j * np.uint64(n) + np.uint64(me), np.asarray(recv, np.int64).astype(np.uint64))
+    d = np.array([out.sum()], np.uint64) - np.array([into.sum()], np.uint64)  # wraps
+    return int(d.view(np.int64)[0])
+
+
+def pairs_agree(shares: np.ndarray) -> bool:
+    """Do the members' pair_share values (one column of the agreement table) sum to 0?"""
+    return int(np.ascontiguousarray(shares, np.int64).view(np.uint64).sum()) == 0
+
+
 def check_all_to_all_v(rows: np.ndarray, op: str) -> None:
     """rows[i] = rank i's send_counts followed by its recv_counts: what i sends to j
     must be what j expects from i."""
     n = rows.shape[0]
     send, recv = rows[:, :n], rows[:, n:]
-    wrong = [(i, j) for i in range(n) for j in range(n) if send[i, j] != recv[j, i]]
+    wrong = np.argwhere(send != recv.T).tolist()  # (i, j) in row order
     if wrong:
         i, j = wrong[0]
         err = CollectiveMismatchError(

@@ -252,8 +252,9 @@ class Communicator:
     def _exchange(self, fp, op, timeout, rows=None):
         """All-gather fingerprints across the group (the control plane: a shared
         board, or routed through the engine) and compare them; for all-to-all-v,
-        then all-gather the count rows (only once every member agreed it is an
-        all-to-all-v) and check them."""
+        check the count rows pairwise (agree.pair_share; the rows themselves are
+        all-gathered only when they disagree, and only once every member agreed it
+        is an all-to-all-v)."""
         seconds = _timeout_seconds(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
         seq = int(fp[A.SEQ])
@@ -261,8 +262,17 @@ class Communicator:
         def expired():
             return self._agreement_timeout(op, seq, seconds)
 
-        A.compare(self._control.allgather(fp, seq, 0, deadline, expired), op, seq)
-        if rows is not None:
+        if rows is None:
+            A.compare(self._control.allgather(fp, seq, 0, deadline, expired), op, seq)
+            return
+        # all-to-all-v: each member's share of the pairwise count check rides with
+        # its fingerprint; only when the shares do not sum to 0 are the count rows
+        # all-gathered, to name the pair that disagrees
+        n = self.size
+        share = A.pair_share(self.rank, rows[:n], rows[n:])
+        table = self._control.allgather(np.append(fp, share), seq, 0, deadline, expired)
+        A.compare(table[:, :fp.size], op, seq)
+        if not A.pairs_agree(table[:, fp.size]):
             A.check_all_to_all_v(self._control.allgather(rows, seq, 1, deadline, expired), op)
 
     def _tell_group_rejected(self, op, timeout):
@@ -276,8 +286,11 @@ class Communicator:
             _timeout_seconds(timeout)
         except InvalidArgumentError:
             timeout = None  # the bad timeout is this rank's own error: use the default
+        fp = A.fingerprint(op, self._seq, status=1)
+        if op == "all_to_all_v":  # its members' vectors carry one more word (_exchange)
+            fp = np.append(fp, 0)
         try:
-            self._exchange(A.fingerprint(op, self._seq, status=1), op, timeout)
+            self._exchange(fp, op, timeout)
         except NeuronMPIError:
             pass
 

@@ -308,3 +308,27 @@ def test_timeout_and_check_settings():
     assert out["bad_env"] == "NEURON_MPI_TIMEOUT: expected seconds, got 'never'"
     assert out["check_1"] is True
     assert not any(out[f"check_{v}"] for v in ("0", "off", "no", "false"))
+
+
+def test_pair_shares_sum_to_zero_exactly_when_the_counts_agree():
+    """agree.pair_share: consistent count matrices give shares summing to 0 (mod
+    2**64); changing any one count, of a sender or of a receiver, does not."""
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 3, 8, 64):
+        send = rng.integers(0, 1 << 40, (n, n))
+        recv = send.T.copy()
+        shares = np.array([A.pair_share(i, send[i], recv[i]) for i in range(n)], np.int64)
+        assert A.pairs_agree(shares)
+        for _ in range(5):
+            i, j = (int(v) for v in rng.integers(0, n, 2))
+            for which in (send, recv):
+                keep = which[i, j]
+                which[i, j] = keep + int(rng.integers(1, 1000))
+                bad = np.array([A.pair_share(k, send[k], recv[k]) for k in range(n)], np.int64)
+                assert not A.pairs_agree(bad), (n, i, j)
+                which[i, j] = keep
+    # a swap of two counts between receivers is a disagreement too
+    send = np.array([[0, 1, 2], [3, 0, 4], [5, 6, 0]])
+    recv = send.T.copy()
+    recv[[1, 2], 0] = recv[[2, 1], 0]
+    assert not A.pairs_agree(np.array([A.pair_share(k, send[k], recv[k]) for k in range(3)]))

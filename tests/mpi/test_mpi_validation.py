@@ -208,6 +208,28 @@ def test_disagreeing_ranks_get_a_mismatch_error(comm):
 
 
 @pytest.mark.mpi(min_size=2)
+def test_all_to_all_v_counts_that_disagree_between_ranks_fail_every_rank(comm):
+    """Each rank's counts are fine alone, but rank 0 sends rank 1 two rows where
+    rank 1 expects one: every rank raises the same mismatch, naming the pair, and
+    nothing moves. Then counts that agree work on the same communicator's peers."""
+    sub = _fresh(comm)
+    n = sub.size
+    send, recv = [1] * n, [1] * n
+    if sub.rank == 0:
+        send[1] = 2
+    x = np.arange(sum(send), dtype=np.float32)
+    ledger = settled_bytes(comm)
+    with pytest.raises(nm.CollectiveMismatchError,
+                       match="rank 0 sends 2 rows to rank 1, which expects 1"):
+        sub.all_to_all_v(x, send, recv, timeout=60)
+    assert settled_bytes(comm, barrier=False) == ledger
+    assert_same(x, np.arange(sum(send), dtype=np.float32), "input changed")
+    sub = _fresh(comm)
+    got = sub.all_to_all_v(np.full(n, sub.rank, np.float32), [1] * n, [1] * n, timeout=60)
+    assert_same(got, np.arange(n, dtype=np.float32), "all_to_all_v after agreeing counts")
+
+
+@pytest.mark.mpi(min_size=2)
 def test_strict_groups_refused_on_every_rank(comm):
     if not comm.strict:
         pytest.skip("non-strict world")

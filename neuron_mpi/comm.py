@@ -201,6 +201,7 @@ class Communicator:
         self._plans: dict = {}
         self._shapes: dict = {}  # call shape -> _Shape
         self._squares: dict = {}  # all_to_all block size -> its count matrix
+        self._vmatrices: dict = {}  # all_to_all_v (send, recv counts, row elems) -> matrix
         self._control = Control(self)
         #: the last collective this rank ran: schedule.CallRecord(op, algorithm,
         #: schedule, itemsize), for the time model (neuron_mpi.model.price_record)
@@ -626,11 +627,17 @@ class Communicator:
         shape = (sum(rc),) + x.shape[1:]
         out = V.out_array(out, shape, x.dtype)
         re = V.row_elems(x)
-        # this rank knows its row (what it sends) and its column (what it receives)
-        me, n = self.rank, self.size
-        matrix = tuple(
-            tuple(sc[j] * re if i == me else (rc[i] * re if j == me else 0) for j in range(n))
-            for i in range(n))
+        # this rank knows its row (what it sends) and its column (what it receives);
+        # built once per set of counts (a loop's calls repeat them)
+        matrix = self._vmatrices.get((sc, rc, re))
+        if matrix is None:
+            me, n = self.rank, self.size
+            matrix = tuple(
+                tuple(sc[j] * re if i == me else (rc[i] * re if j == me else 0)
+                      for j in range(n)) for i in range(n))
+            if len(self._vmatrices) > 16:
+                self._vmatrices.clear()
+            self._vmatrices[(sc, rc, re)] = matrix
         rows = np.array(sc + rc, np.int64)
         return self._run("all_to_all_v", algorithm, matrix, x, out, shape, async_op=async_op,
                          timeout=timeout, fp_count=0, dig=A.digest(x.shape[1:]), rows=rows)

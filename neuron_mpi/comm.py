@@ -368,7 +368,16 @@ class Communicator:
             fp = sh.fp.copy() if async_op else sh.fp
             fp[A.SEQ] = seq
         ran = None
-        if sh.alone and not async_op and call is None and rows is None:
+        if sh.alone and not async_op and call is None:
+            if rows is not None:
+                # all-to-all-v: its agreement (with the pairwise count check) on the
+                # Python side, then the data as one compiled run like any other call
+                if fp is not None:
+                    try:
+                        self._exchange(fp, op, timeout, rows)
+                    except NeuronMPIError as e:
+                        self._agreement_failed(e, entry)
+                fp = rows = None
             ran = self._run_alone(sh, x, out, out_shape, seq, deadline, fp)
             if ran is not None and ran[0]:
                 FlightRecorder.finish(entry)

@@ -11,15 +11,10 @@ from .schedule import IN, OUT, TMP, Locals, Round
 def replay(schedule, inputs, op: str = "sum", dtype=None):
     """inputs: one flat array per member (``schedule.in_elems[g]`` elements).
     Returns the members' flat "out" buffers."""
-    from .kernels import divide_into_ref, reduce_into_ref
+    from .kernels import reduce_into_ref
 
     dtype = np.dtype(dtype if dtype is not None else inputs[0].dtype)
-    n = schedule.size
-    bufs = [{IN: np.ascontiguousarray(inputs[g], dtype).reshape(-1).copy(),
-             OUT: np.zeros(schedule.out_elems[g], dtype),
-             TMP: np.zeros(schedule.tmp_elems[g], dtype)} for g in range(n)]
-    for g in range(n):
-        bufs[g][IN].flags.writeable = False
+    bufs = _buffers(inputs, dtype, schedule.out_elems, schedule.tmp_elems)
     for step in schedule.steps:
         if isinstance(step, Round):
             data = [bufs[x.src][x.src_buf][x.src_off:x.src_off + x.count].copy()
@@ -32,18 +27,35 @@ def replay(schedule, inputs, op: str = "sum", dtype=None):
                     dst[...] = d
         elif isinstance(step, Locals):
             for lo in step.ops:
-                dst = bufs[lo.rank][lo.dst_buf][lo.dst_off:lo.dst_off + lo.count]
-                if lo.kind == "copy":
-                    dst[...] = bufs[lo.rank][lo.src_buf][lo.src_off:lo.src_off + lo.count]
-                elif lo.kind == "reduce":
-                    reduce_into_ref(dst, bufs[lo.rank][lo.src_buf][lo.src_off:lo.src_off + lo.count], op)
-                elif lo.kind == "divide":
-                    divide_into_ref(dst, lo.divisor)
-                elif lo.kind == "zero":
-                    dst[...] = np.zeros(1, dtype)[0]
-                else:
-                    raise AssertionError(lo.kind)
+                _local(bufs[lo.rank], lo, op)
     return [b[OUT] for b in bufs]
+
+
+def _buffers(inputs, dtype, out_elems, tmp_elems) -> list:
+    """Each member's in (a read-only copy of its input), out and tmp."""
+    bufs = [{IN: np.ascontiguousarray(inputs[g], dtype).reshape(-1).copy(),
+             OUT: np.zeros(out_elems[g], dtype), TMP: np.zeros(tmp_elems[g], dtype)}
+            for g in range(len(inputs))]
+    for b in bufs:
+        b[IN].flags.writeable = False
+    return bufs
+
+
+def _local(b, lo, op) -> None:
+    """Apply one member's local step ``lo`` to its buffers ``b``."""
+    from .kernels import divide_into_ref, reduce_into_ref
+
+    dst = b[lo.dst_buf][lo.dst_off:lo.dst_off + lo.count]
+    if lo.kind == "copy":
+        dst[...] = b[lo.src_buf][lo.src_off:lo.src_off + lo.count]
+    elif lo.kind == "reduce":
+        reduce_into_ref(dst, b[lo.src_buf][lo.src_off:lo.src_off + lo.count], op)
+    elif lo.kind == "divide":
+        divide_into_ref(dst, lo.divisor)
+    elif lo.kind == "zero":
+        dst[...] = np.zeros(1, dst.dtype)[0]
+    else:
+        raise AssertionError(lo.kind)
 
 
 def replay_plans(plans, view, schedule, inputs, op: str = "sum", seed: int = 0):
@@ -54,17 +66,13 @@ def replay_plans(plans, view, schedule, inputs, op: str = "sum", seed: int = 0):
     and members take turns in a random order. The oracle for what a Plan does to a
     schedule (piece cutting, executor.elide_leading_copies). Returns the members'
     flat "out" buffers."""
-    from .kernels import divide_into_ref, reduce_into_ref
+    from .kernels import reduce_into_ref
 
     rng = np.random.default_rng(seed)
-    dtype = np.dtype(inputs[0].dtype)
     n = len(plans)
     member = {r: g for g, r in enumerate(view.ranks)}
-    bufs = [{IN: np.ascontiguousarray(inputs[g], dtype).reshape(-1).copy(),
-             OUT: np.zeros(schedule.out_elems[g], dtype),
-             TMP: np.zeros(plans[g].tmp_elems, dtype)} for g in range(n)]
-    for g in range(n):
-        bufs[g][IN].flags.writeable = False
+    bufs = _buffers(inputs, np.dtype(inputs[0].dtype), schedule.out_elems,
+                    [p.tmp_elems for p in plans])
     box: dict = {}
     pos, missing = [0] * n, [None] * n
 
@@ -78,16 +86,7 @@ def replay_plans(plans, view, schedule, inputs, op: str = "sum", seed: int = 0):
             kind, st = steps[pos[g]]
             if kind == "locals":
                 for lo in st:
-                    dst = region(g, lo.dst_buf, lo.dst_off, lo.count)
-                    src = region(g, lo.src_buf, lo.src_off, lo.count)
-                    if lo.kind == "copy":
-                        dst[...] = src
-                    elif lo.kind == "reduce":
-                        reduce_into_ref(dst, src.copy(), op)
-                    elif lo.kind == "divide":
-                        divide_into_ref(dst, lo.divisor)
-                    else:
-                        dst[...] = np.zeros(1, dtype)[0]
+                    _local(bufs[g], lo, op)
                 pos[g] += 1
                 moved = True
                 continue

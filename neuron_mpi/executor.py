@@ -205,7 +205,7 @@ def _owed_round(me, st, owed, out) -> "RoundStep":
     """One round of an elided plan: the copies it needs first go to ``out``."""
     dsts = [(r.buf, r.off, r.off + r.count) for r in st.recvs if r.count]
     need = []
-    if _overlap(dsts, dsts):  # overlapping deliveries: none of them may be the first
+    if st.ordered:  # overlapping deliveries: none of them may be the first
         for i, d in enumerate(dsts):
             if _overlap([d], dsts[:i] + dsts[i + 1:]):
                 need += _owed_cut(owed, *d)

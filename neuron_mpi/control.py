@@ -150,8 +150,10 @@ class Control:
         cseq = -(2 * seq + which) - 1  # control keys: negative call numbers
         sched = schedule_for(comm._view, "all_gather", _control_algorithm(comm._view),
                              (vec.size,) * n)
+        # built every exchange: not elided (its one leading copy, the member's own
+        # row, would only move to the end)
         plan = Plan(sched, comm._view, comm.rank, 8, eng.piece_bytes, eng, "int64",
-                    control=True)
+                    control=True, elide=False)
         out = np.empty(n * vec.size, np.int64)
         ex = Execution(eng, plan, {"in": vec, "out": out, "tmp": np.empty(plan.tmp_elems,
                                                                           np.int64)},

@@ -126,7 +126,7 @@ class _Shape:
     async calls (``lend``/``give_back``)."""
 
     __slots__ = ("algo", "plan", "nbytes", "count", "dtype_str", "fp", "scratch", "code",
-                 "alone", "spares", "head")
+                 "spares", "head")
 
     def __init__(self, comm, op, algorithm, sizes, x, out_shape, reduce_op, extra, fp_count,
                  dig, traced):
@@ -143,9 +143,6 @@ class _Shape:
             plan.native.max_flags, plan.tmp_elems, x.dtype)
         self.code = 0 if plan.native is None else CODES.get(
             ("sum" if reduce_op == "avg" else reduce_op, plan.native.dtype_name), 0)
-        # a blocking call may run as Communicator._run_alone: compiled, and no
-        # divide step (avg), which only the Python path runs
-        self.alone = self.scratch is not None and reduce_op != "avg"
         self.spares: list = []
         self.head = None  # the compiled run's arguments before the buffers (run_args)
 
@@ -368,7 +365,7 @@ class Communicator:
             fp = sh.fp.copy() if async_op else sh.fp
             fp[A.SEQ] = seq
         ran = None
-        if sh.alone and not async_op and call is None:
+        if sh.scratch is not None and not async_op and call is None:
             if rows is not None:
                 # all-to-all-v: its agreement (with the pairwise count check) on the
                 # Python side, then the data as one compiled run like any other call

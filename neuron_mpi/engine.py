@@ -687,12 +687,10 @@ def make_engine(world: MPI.Comm, topo) -> Engine:
     comm.Allreduce(all_local, agreed1, op=MPI.MIN)
     mpi = None if agreed1[0] == 1 else MpiTransport(comm)
     if mpi is not None or shm is None:
-        # pieces over MPI are reduced on the Python path, with numba's kernels: start
-        # numba now (its import and CPU target: about 0.3 CPU s a rank), as init
-        # always did, not in the middle of a rank's first call or of its agent's
-        # progress. Only a rank whose traffic stays on its compiled data plane goes
-        # without numba
-        from .kernels import reduce
-
-        reduce.reduce_into(np.zeros(1, np.float32), np.zeros(1, np.float32), "sum")
+        # pieces over MPI are reduced on the Python path, by the data plane's
+        # reduce_bytes / divide_bytes: from the module built ahead of time that
+        # starts no numba (its import cost about 0.55 CPU s a rank: 17 s of a 64-rank
+        # launch on 2 cores); numba's own are compiled or loaded now, not in the
+        # middle of a rank's first call or of its agent's progress
+        native.warm_reductions()
     return Engine(comm, topo, piece, shm, mpi, read_piece)

@@ -20,8 +20,8 @@ import time
 
 import numpy as np
 
-from . import kernels
 from .kernels.codes import CODES
+from .kernels.dtypes import dtype_name
 from .schedule import IN, OUT, TMP, Locals, Round
 from .transport import native
 
@@ -78,10 +78,11 @@ class NativePlan:
         for kind, st in steps:
             if kind == "locals":
                 lo = len(locs)
-                for lop in st:
+                for lop in st:  # (a divide's source offset: its divisor)
                     locs.append((_LOCAL_KIND[lop.kind], _BUF_ID[lop.src_buf],
-                                 lop.src_off * itemsize, _BUF_ID[lop.dst_buf],
-                                 lop.dst_off * itemsize, lop.count * itemsize))
+                                 lop.divisor if lop.kind == "divide" else lop.src_off * itemsize,
+                                 _BUF_ID[lop.dst_buf], lop.dst_off * itemsize,
+                                 lop.count * itemsize))
                 step_rows.append((1, lo, len(locs)))
                 continue
             s_lo, r_lo = len(sends), len(recvs)
@@ -404,7 +405,7 @@ class Execution:
         self.reduce_op = reduce_op
         self.dtype = bufs[IN].dtype
         self._itemsize = self.dtype.itemsize
-        self._reduce = None
+        self._rcode = None  # the reduction code of the Python path (_code)
         self.algorithm = None
         self.step = 0
         self._posted = False
@@ -612,13 +613,6 @@ class Execution:
             raise RuntimeError(
                 f"{self.op}: a piece of {int(row[2])} bytes was expected (transfer "
                 f"{int(row[3])}, piece {int(row[4])}); one of another size came")
-        if status == native.PYTHON:
-            k = int(self._xs[0])
-            if k < len(self.plan.steps) and self.plan.steps[k][0] == "locals":
-                for lo in self.plan.steps[k][1]:
-                    self._local(lo)
-                self._xs[0] = k + 1
-                self._xs[1] = 0
         self.step = int(self._xs[0])
         return False
 
@@ -637,9 +631,8 @@ class Execution:
             status = self._take_adopted()
             if status is None:
                 status, _ = native.exec_pass(*args)
-            if status == native.PYTHON:
-                self._native_status(status)
-                continue
+            if status == native.PYTHON:  # an adopted run that stopped for a channel
+                continue  # to copy aside (exec_run): exec_pass goes on from there
             if self._native_status(status):
                 return True
             if status == native.BLOCKED and self.engine.inbox and not self.agreeing:
@@ -711,14 +704,19 @@ class Execution:
             dst = self.bufs[r.buf][r.off:r.off + r.count]
             src = data.view(self.dtype)
             if r.reduce:
-                if self._reduce is None:
-                    self._reduce = kernels.reducer(self.reduce_op, self.dtype)
                 if r.base is not None:  # the leading copy this delivery stands in for
                     dst[...] = self._region(r.base[0], r.base[1], r.count)
-                self._reduce(dst, src)
+                native.reduce_bytes(self._code(), self._bytes(dst), self._bytes(src))
             else:
                 dst[...] = src
         a.release()
+
+    def _code(self) -> int:
+        """The reduction's code for kernels.bytes (the compiled plane's kernels,
+        which the Python path runs too)."""
+        if self._rcode is None:
+            self._rcode = CODES[(self.reduce_op, dtype_name(self.dtype))]
+        return self._rcode
 
     def _region(self, buf, off, count):
         return self.bufs[buf][off:off + count]
@@ -728,10 +726,10 @@ class Execution:
         if lo.kind == "copy":
             dst[...] = self._region(lo.src_buf, lo.src_off, lo.count)
         elif lo.kind == "reduce":
-            kernels.reduce_into(dst, np.ascontiguousarray(
-                self._region(lo.src_buf, lo.src_off, lo.count)), self.reduce_op)
+            native.reduce_bytes(self._code(), self._bytes(dst), self._bytes(np.ascontiguousarray(
+                self._region(lo.src_buf, lo.src_off, lo.count))))
         elif lo.kind == "divide":
-            kernels.divide_into(dst, lo.divisor)
+            native.divide_bytes(self._code(), self._bytes(dst), lo.divisor)
         elif lo.kind == "zero":
             dst[...] = np.zeros(1, dst.dtype)[0]
         else:

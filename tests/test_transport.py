@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from neuron_mpi.kernels import DTYPES, REDUCE_OPS, reduce_into
-from neuron_mpi.kernels.bytes import CODES, reduce_bytes
+from neuron_mpi.kernels import DTYPES, REDUCE_OPS, divide_into, reduce_into
+from neuron_mpi.kernels.bytes import CODES, divide_bytes, reduce_bytes
 from neuron_mpi.router import NextHops
 from neuron_mpi.topology import Topology
 from neuron_mpi.transport import futex, native, plane
@@ -201,6 +201,23 @@ def test_reduce_bytes_matches_reduce_into(name, op):
     got = d.copy()
     reduce_bytes(CODES[(op, name)], got.view(np.uint8), s.view(np.uint8))
     assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize("n", [3, 64])
+@pytest.mark.parametrize("op", REDUCE_OPS)
+@pytest.mark.parametrize("name", list(DTYPES))
+def test_divide_bytes_matches_divide_into(name, op, n):
+    """An avg's divide in the compiled plane: any of the dtype's reduce codes picks
+    its divide kernel, bit for bit divide_into's (random bits: NaNs, infinities,
+    subnormals and negative integers among them)."""
+    dt = DTYPES[name]
+    bits = np.random.default_rng([n, len(name)]).integers(0, 256, 67 * dt.itemsize,
+                                                          dtype=np.uint8)
+    want = bits.view(dt).copy()
+    divide_into(want, n)
+    got = bits.copy()
+    divide_bytes(CODES[(op, name)], got, n)
+    assert np.array_equal(got, want.view(np.uint8))
 
 
 def test_codes_cover_every_op_and_dtype():

@@ -1,5 +1,5 @@
-"""The data plane (transport/plane.py) and the atomics (kernels/atomic_ops.py) built
-ahead of time by ``numba.pycc`` into one extension module, which ranks load instead
+"""The data plane (transport/plane.py), the atomics (kernels/atomic_ops.py) and the
+byte-wise reductions (kernels/bytes.py) built ahead of time by ``numba.pycc`` into one extension module, which ranks load instead
 of numba: no numba import, no compiler in memory (about 0.3 CPU s and 50 MiB per
 rank at launch, measured in docs/benchmarks.md).
 
@@ -61,6 +61,9 @@ EXPORTS = {
     "take_back": ("plane", "take_back", _sig("int64", _U8, _I64, _M, _M, _I64, _U8, _M)),
     "exec_run": ("plane", "exec_run", _sig("int64", *_RUN, _I32, "int64")),
     "add_many": ("atomic_ops", "add_many", _sig("void", _I64, _I64, _I64)),
+    # the Python path's reductions (pieces over MPI): no numba in a rank at all
+    "reduce_bytes": ("bytes", "reduce_bytes", _sig("void", "int64", _U8, _U8)),
+    "divide_bytes": ("bytes", "divide_bytes", _sig("void", "int64", _U8, "int64")),
 }
 for _w, _a in (("i32", _I32), ("i64", _I64)):
     _t = "int32" if _w == "i32" else "int64"
@@ -121,9 +124,9 @@ def build() -> Path | None:
     import tempfile
 
     from ..transport import plane
-    from . import atomic_ops
+    from . import atomic_ops, bytes
 
-    modules = {"plane": plane, "atomic_ops": atomic_ops}
+    modules = {"plane": plane, "atomic_ops": atomic_ops, "bytes": bytes}
     flags = pycc.Flags
 
     class Flags(flags):  # as the JIT compiles them: without the GIL, numpy's errors

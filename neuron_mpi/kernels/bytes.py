@@ -7,6 +7,9 @@ One function holds every kernel, so a compiled caller links them all once; its
 branches are written out (numba cannot cache a function that takes another as an
 argument). tests/test_kernels.py checks every code against ``reduce_into``.
 
+``divide_bytes(code, dst, n)`` is ``divide_into`` (an "avg" reduction's last step) on
+a uint8 view, the dtype taken from a reduce code of that dtype (``code // 4``).
+
 ``copy_bytes(dst, d, src, s, n)`` is ``dst[d:d + n] = src[s:s + n]`` as one memmove.
 """
 from __future__ import annotations
@@ -137,6 +140,41 @@ def reduce_bytes(code, d, s):
         fp8.e5m2_max(d.view(np.uint8), s.view(np.uint8))
     elif code == 55:
         fp8.e5m2_min(d.view(np.uint8), s.view(np.uint8))
+
+
+@njit(**JIT_OPTIONS)
+def divide_bytes(code, d, n):
+    """dst = dst / n on the bytes ``d``, as ``divide_into``: ``code`` is any reduce
+    code of the bytes' dtype (the codes go four to a dtype, in _ORDER's dtype order)."""
+    t = code // 4
+    if t == 0:
+        nt.float_div(d.view(np.float32), np.float32(n))
+    elif t == 1:
+        nt.float_div(d.view(np.float64), np.float64(n))
+    elif t == 2:
+        nt.int_div_f64(d.view(np.int8), np.float64(n))
+    elif t == 3:
+        nt.int_div_f64(d.view(np.uint8), np.float64(n))
+    elif t == 4:
+        nt.int_div_f64(d.view(np.int16), np.float64(n))
+    elif t == 5:
+        nt.int_div_f64(d.view(np.uint16), np.float64(n))
+    elif t == 6:
+        nt.int_div_f64(d.view(np.int32), np.float64(n))
+    elif t == 7:
+        nt.int_div_f64(d.view(np.uint32), np.float64(n))
+    elif t == 8:
+        nt.int_div_exact(d.view(np.int64), np.int64(n))
+    elif t == 9:
+        nt.int_div_exact(d.view(np.uint64), np.uint64(n))
+    elif t == 10:
+        bf16.bf16_div(d.view(np.uint16), np.float32(n))
+    elif t == 11:
+        fp16.fp16_div(d.view(np.uint16), np.float32(n))
+    elif t == 12:
+        fp8.e4m3_div(d.view(np.uint8), np.float32(n))
+    elif t == 13:
+        fp8.e5m2_div(d.view(np.uint8), np.float32(n))
 
 
 @intrinsic

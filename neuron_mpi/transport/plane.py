@@ -31,7 +31,7 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import populate_array
 
 from ..kernels.atomic_ops import _cmpxchg, _fetch_add, _load, _store  # noqa: F401
-from ..kernels.bytes import copy_bytes, reduce_bytes
+from ..kernels.bytes import copy_bytes, divide_bytes, reduce_bytes
 from ..kernels.llvm_ops import JIT_OPTIONS
 from .native import (  # noqa: F401  (the data plane's layout and statuses)
     SUPPORTED, GEOMETRY, G_L, G_K, G_S, G_N, G_ME, G_MEW, G_CTL, G_STATE, G_WANT, G_HDR, G_LEDGER,
@@ -448,9 +448,8 @@ def _reduce_onto(code, dst, off, base, boff, seg, d, n):
 
 @njit(**PLANE_OPTIONS)
 def _locals(locs, lo, hi, b0, b1, b2, code):
-    for j in range(lo, hi):
-        if locs[j, 0] == 2:
-            return False  # divide: the caller runs this step
+    """One locals step (executor.NativePlan's rows: kind, source buffer and offset,
+    destination buffer and offset, bytes; a divide's source offset is its divisor)."""
     for j in range(lo, hi):
         kind, sb, so, db, do, n = (locs[j, 0], locs[j, 1], locs[j, 2], locs[j, 3],
                                    locs[j, 4], locs[j, 5])
@@ -458,9 +457,10 @@ def _locals(locs, lo, hi, b0, b1, b2, code):
             copy_bytes(_buf(db, b0, b1, b2), do, _buf(sb, b0, b1, b2), so, n)
         elif kind == 1:
             reduce_bytes(code, _buf(db, b0, b1, b2)[do:do + n], _buf(sb, b0, b1, b2)[so:so + n])
+        elif kind == 2:
+            divide_bytes(code, _buf(db, b0, b1, b2)[do:do + n], so)
         else:
             _buf(db, b0, b1, b2)[do:do + n] = 0
-    return True
 
 
 @njit(**PLANE_OPTIONS)
@@ -469,8 +469,7 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
               bells, pend):
     """Advance an execution as far as the agreement, the arrived pieces and free
     slots allow. Returns (status, moved): DONE; BLOCKED (waiting for members,
-    pieces, slots or reads of its buffers); PYTHON (a locals step with a divide is
-    next: the caller runs it); SIZE (a piece of the wrong size, or of a transfer of
+    pieces, slots or reads of its buffers); SIZE (a piece of the wrong size, or of a transfer of
     the wrong size, xs[4] bytes, came for recv xs[2]);
     MISMATCH (the members' fingerprints differ: nothing moved); FAULT (reading recv
     xs[2]'s piece from its sender failed, errno xs[4]).
@@ -496,8 +495,7 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
     while xs[0] < steps.shape[0]:
         kind, lo, hi = steps[xs[0], 0], steps[xs[0], 1], steps[xs[0], 2]
         if kind == 1:
-            if not _locals(locs, lo, hi, b0, b1, b2, code):
-                return PYTHON, moved
+            _locals(locs, lo, hi, b0, b1, b2, code)
             xs[0] += 1
             moved = True
             continue
@@ -652,7 +650,7 @@ def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, loc
     this rank's doorbell while it waits (for pieces, for room, or for the members of
     the agreement: the last of them rings every member). Returns DONE, TIMEOUT (CLOCK_MONOTONIC
     passed ``deadline_ns``; < 0: none), SIZE, PYTHON: the caller must step in (a
-    divide, or a sender waits for room that only copying pieces aside can give), or
+    sender waits for room that only copying pieces aside can give), or
     YIELDED: ``claim[0]`` became non-zero (another thread of this process wants the
     engine: it raises the word, then rings the doorbell) while the run was blocked,
     or exec_pass's FAULT. Before it sleeps it yields the CPU (sched_yield) and looks

@@ -44,9 +44,9 @@ def main() -> int:
     comm.send(x, nxt)
     check("recv", comm.recv(np.empty_like(x), prv), everyone[prv])
     comm.barrier()
-    numba = "numba" in sys.modules  # (avg divides with a numba kernel, below)
     check("all_reduce avg", comm.all_reduce(grads, op="avg"),
           (np.sum([e[: 4 * n] for e in everyone], axis=0) / np.float32(n)).astype(np.float32))
+    numba = "numba" in sys.modules  # (avg's divide too is in the compiled plane)
 
     for p in problems:
         print(f"[rank {me}] {p}", file=sys.stderr, flush=True)

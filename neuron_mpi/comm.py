@@ -32,7 +32,7 @@ from .algorithms.group import GroupView
 from .algorithms.select import choose, schedule_for
 from .control import Control
 from .engine import make_engine
-from .errors import (CollectiveTimeoutError, CommunicatorFailedError,
+from .errors import (CollectiveMismatchError, CollectiveTimeoutError, CommunicatorFailedError,
                      InvalidArgumentError, NeuronMPIError, TopologyError, arg_error)
 from .executor import (CODES, NO_BOARD, Execution, Plan, Scratch, SendRecvExecution,
                        make_buffers, native_args, native_head, pieces, retag_sendrecv,
@@ -198,7 +198,8 @@ class Communicator:
         self._plans: dict = {}
         self._shapes: dict = {}  # call shape -> _Shape
         self._squares: dict = {}  # all_to_all block size -> its count matrix
-        self._vmatrices: dict = {}  # all_to_all_v (send, recv counts, row elems) -> matrix
+        self._vmatrices: dict = {}  # all_to_all_v (send, recv counts, row elems) ->
+        # (matrix, count rows, pair share)
         self._control = Control(self)
         #: the last collective this rank ran: schedule.CallRecord(op, algorithm,
         #: schedule, itemsize), for the time model (neuron_mpi.model.price_record)
@@ -342,9 +343,12 @@ class Communicator:
         return sh
 
     def _run(self, op, algorithm, sizes, x, out, out_shape, reduce_op="sum", extra=None,
-             async_op=False, timeout=None, fp_count=None, dig=0, rows=None, skey=None):
+             async_op=False, timeout=None, fp_count=None, dig=0, rows=None, skey=None,
+             share=0):
         """x: validated input; out: validated out or None. ``skey``: a small hashable
-        standing for ``sizes`` in the shape cache (all_to_all's count matrix)."""
+        standing for ``sizes`` in the shape cache (all_to_all's count matrix).
+        ``rows``, ``share``: all-to-all-v's count rows and this rank's share of their
+        pairwise check (agree.pair_share)."""
         tr = _tracing.ACTIVE
         env_algo, seconds, checking = _per_call(timeout)
         sh = self._shape(op, algorithm, env_algo, sizes, x, out_shape, reduce_op, extra,
@@ -366,16 +370,25 @@ class Communicator:
             fp[A.SEQ] = seq
         ran = None
         if sh.scratch is not None and not async_op and call is None:
-            if rows is not None:
-                # all-to-all-v: its agreement (with the pairwise count check) on the
-                # Python side, then the data as one compiled run like any other call
-                if fp is not None:
+            if rows is not None and fp is not None:
+                # all-to-all-v: the compiled agreement checks the counts pairwise too,
+                # by this rank's share past the fingerprint's fields (agree.pair_share)
+                fpv = np.append(fp, share)
+                ran = self._run_alone(sh, x, out, out_shape, seq, deadline, fpv)
+                if ran is None:  # nothing run: agree on the Python side, then the data
                     try:
                         self._exchange(fp, op, timeout, rows)
                     except NeuronMPIError as e:
                         self._agreement_failed(e, entry)
-                fp = rows = None
-            ran = self._run_alone(sh, x, out, out_shape, seq, deadline, fp)
+                    fp = rows = None
+                    ran = self._run_alone(sh, x, out, out_shape, seq, deadline, None)
+                elif not ran[0] and ran[2][1] == native.MISMATCH:
+                    self._counts_mismatch(op, seq, rows, deadline, seconds, entry)
+                else:  # (the general path goes on with the same agreement)
+                    fp = fpv
+            else:
+                rows = None  # (all-to-all-v unchecked: nothing to agree on)
+                ran = self._run_alone(sh, x, out, out_shape, seq, deadline, fp)
             if ran is not None and ran[0]:
                 FlightRecorder.finish(entry)
                 return ran[1]
@@ -506,6 +519,28 @@ class Communicator:
             return True, result, None
         return False, result, (args, status)
 
+    def _counts_mismatch(self, op, seq, rows, deadline, seconds, entry):
+        """An all-to-all-v whose compiled agreement found a mismatch: every member has
+        arrived and reads the same table. The turn is over; raise on every member what
+        the Python side would (_exchange): the fingerprints' difference, else the pair
+        whose counts disagree (the count rows all-gathered to name it)."""
+        ctl = self._control
+        p = ctl._parity
+        nf = len(A.FIELDS)
+        table = ctl._board.table(p)[:, :nf].copy()
+        ctl.turn_over(p)
+        try:
+            A.compare(table, op, seq)
+            A.check_all_to_all_v(ctl.allgather(
+                rows, seq, 1, deadline, lambda: self._agreement_timeout(op, seq, seconds)), op)
+            err = CollectiveMismatchError(  # (shares that do not sum to 0: counts differ)
+                f"{op} (call {seq}): send_counts and recv_counts disagree between ranks; "
+                "no data moved")
+            err.fields = ["send_counts/recv_counts"]
+            raise err
+        except NeuronMPIError as e:
+            self._agreement_failed(e, entry)
+
     def _agreement_failed(self, e, entry):
         """The agreement failed before any data moved: raise ``e`` on every member."""
         e.agreed = True
@@ -634,19 +669,22 @@ class Communicator:
         out = V.out_array(out, shape, x.dtype)
         re = V.row_elems(x)
         # this rank knows its row (what it sends) and its column (what it receives);
-        # built once per set of counts (a loop's calls repeat them)
-        matrix = self._vmatrices.get((sc, rc, re))
-        if matrix is None:
+        # built once per set of counts (a loop's calls repeat them), with the count
+        # rows and this rank's share of their check
+        kept = self._vmatrices.get((sc, rc, re))
+        if kept is None:
             me, n = self.rank, self.size
             matrix = tuple(
                 tuple(sc[j] * re if i == me else (rc[i] * re if j == me else 0)
                       for j in range(n)) for i in range(n))
             if len(self._vmatrices) > 16:
                 self._vmatrices.clear()
-            self._vmatrices[(sc, rc, re)] = matrix
-        rows = np.array(sc + rc, np.int64)
+            kept = self._vmatrices[(sc, rc, re)] = (matrix, np.array(sc + rc, np.int64),
+                                                    A.pair_share(me, sc, rc))
+        matrix, rows, share = kept
         return self._run("all_to_all_v", algorithm, matrix, x, out, shape, async_op=async_op,
-                         timeout=timeout, fp_count=0, dig=A.digest(x.shape[1:]), rows=rows)
+                         timeout=timeout, fp_count=0, dig=A.digest(x.shape[1:]), rows=rows,
+                         share=share)
 
     @_collective("permute")
     def permute(self, x, pairs, out=None, algorithm=None, async_op=False, timeout=None):

@@ -235,10 +235,17 @@ class BoardAgreement:
             self.control._open = None
 
     def raise_mismatch(self):
-        from .agree import compare
+        from .agree import FIELDS, compare
         from .errors import CollectiveMismatchError
 
-        compare(self.board.table(self.parity)[:, :self.fp.size], self.op, self.seq)
+        nf = min(self.fp.size, len(FIELDS))
+        compare(self.board.table(self.parity)[:, :nf], self.op, self.seq)
+        if self.fp.size > nf:  # all-to-all-v's shares did not sum to 0
+            err = CollectiveMismatchError(
+                f"{self.op} (call {self.seq}): send_counts and recv_counts disagree "
+                "between ranks; no data moved")
+            err.fields = ["send_counts/recv_counts"]
+            raise err
         raise CollectiveMismatchError(f"{self.op} (call {self.seq}): fingerprints differ")
 
     def absent(self) -> list[int]:

@@ -52,6 +52,10 @@ CTL_ANY, CTL_COUNTING, CTL_WAKE_AT = 1, 4, 5
 # expects)], flags (one byte per send of the
 # round, then one per recv: 1 done; a send 2: published from this rank's buffer, not
 # read yet), pend (per send of the round: the slot and generation of such a piece).
+# The agreement (plane._agreement): every member's first FP_FIELDS words
+# (agree.FIELDS) must equal this rank's; words past them are shares that must sum to
+# 0 mod 2**64 over the members (all-to-all-v's pairwise count check, agree.pair_share).
+FP_FIELDS = 9
 DONE, BLOCKED, PYTHON, SIZE, TIMEOUT, MISMATCH, YIELDED, FAULT = range(8)
 STUCK_GRACE_NS = 2_000_000  # exec_run: how long a full channel waits before it is copied aside
 

@@ -36,8 +36,8 @@ from ..kernels.llvm_ops import JIT_OPTIONS
 from .native import (  # noqa: F401  (the data plane's layout and statuses)
     SUPPORTED, GEOMETRY, G_L, G_K, G_S, G_N, G_ME, G_MEW, G_CTL, G_STATE, G_WANT, G_HDR, G_LEDGER,
     G_DATA, G_PID, G_PULL, G_SPIN, HDR_WORDS, H_ADDR, H_PID, KEY_SHIFT, SEND_COLS,
-    RECV_COLS, CTL_ANY, CTL_COUNTING, CTL_WAKE_AT, DONE, BLOCKED, PYTHON, SIZE, TIMEOUT,
-    MISMATCH, YIELDED, FAULT, STUCK_GRACE_NS)
+    RECV_COLS, CTL_ANY, CTL_COUNTING, CTL_WAKE_AT, DONE, BLOCKED, FP_FIELDS, PYTHON, SIZE,
+    TIMEOUT, MISMATCH, YIELDED, FAULT, STUCK_GRACE_NS)
 
 PLANE_OPTIONS = dict(JIT_OPTIONS, _nrt=False)  # see the module's docstring
 
@@ -403,7 +403,8 @@ def _agreement(seg, g, xs, counter, table, member, size, fp, target, bells):
     """The argument agreement on the communicator's board (see segment.Board): xs[3]
     1 = publish this rank's fingerprint, 2 = wait for every member. The last member
     to arrive wakes the counter's sleepers and rings every member's doorbell
-    (``bells``: their local indices). Returns DONE (every row equals ours), BLOCKED
+    (``bells``: their local indices). Returns DONE (every row's first FP_FIELDS
+    words equal ours, and the words past them sum to 0 over the members), BLOCKED
     or MISMATCH (the caller reads the table)."""
     if xs[3] == 1:
         w = fp.size
@@ -417,10 +418,17 @@ def _agreement(seg, g, xs, counter, table, member, size, fp, target, bells):
         xs[3] = 2
     if _load(counter, 0) - target < 0:
         return BLOCKED
+    nf = min(fp.size, FP_FIELDS)
     for m in range(size):
-        for f in range(fp.size):
+        for f in range(nf):
             if table[m, f] != fp[f]:
                 return MISMATCH
+    for f in range(nf, fp.size):  # shares (all-to-all-v's counts): a sum that wraps
+        total = np.uint64(0)
+        for m in range(size):
+            total += np.uint64(table[m, f])
+        if total != 0:
+            return MISMATCH
     xs[3] = 0
     return DONE
 

@@ -181,6 +181,38 @@ def test_a_lone_blocking_call_builds_no_execution(comm, monkeypatch):
     assert made == expected("recv", ("p2p", None, -1, prv, got.nbytes)), made
 
 
+def test_all_to_all_v_agrees_in_its_compiled_run(comm, monkeypatch):
+    """Where a blocking call runs alone compiled, all-to-all-v's agreement, with the
+    pairwise check of its counts (each rank's share past the fingerprint's fields on
+    the board), is part of that run: no Python-side exchange. Elsewhere (no compiled
+    plan or no board) it agrees on the Python side. Uneven counts, exact results,
+    twice (the second from the kept counts)."""
+    from neuron_mpi import comm as C
+
+    n, me = comm.size, comm.rank
+    exchanged = []
+    orig = C.Communicator._exchange
+
+    def counting(self, fp, op, *args, **kwargs):
+        exchanged.append(op)
+        return orig(self, fp, op, *args, **kwargs)
+
+    monkeypatch.setattr(C.Communicator, "_exchange", counting)
+    send = [(me + j) % 3 + 1 for j in range(n)]  # rows rank me sends rank j
+    recv = [(i + me) % 3 + 1 for i in range(n)]  # rows rank i sends rank me
+    x = (np.arange(sum(send), dtype=np.float32) + 1000 * me).reshape(-1, 1)
+    want = np.concatenate([np.arange(sum((i + j) % 3 + 1 for j in range(me)),
+                                     sum((i + j) % 3 + 1 for j in range(me + 1)),
+                                     dtype=np.float32) + 1000 * i for i in range(n)])
+    comm._shapes.clear()
+    for _ in range(2):
+        assert_same(comm.all_to_all_v(x, send, recv).reshape(-1), want, "all_to_all_v")
+    (sh,) = [v for k, v in comm._shapes.items() if k[0] == "all_to_all_v"]
+    compiled = (sh.scratch is not None and comm._control._board is not None
+                and comm._engine.mpi is None)
+    assert exchanged == ([] if n == 1 or compiled else ["all_to_all_v"] * 2), exchanged
+
+
 def test_a_failed_read_in_a_lone_call_is_raised_at_once(comm, monkeypatch):
     """A blocking call run alone whose read of a piece from its sender's buffer
     fails reports that read (the general path acts on the status the lone run

@@ -706,7 +706,7 @@ class Execution:
             if r.reduce:
                 if r.base is not None:  # the leading copy this delivery stands in for
                     dst[...] = self._region(r.base[0], r.base[1], r.count)
-                native.reduce_bytes(self._code(), self._bytes(dst), self._bytes(src))
+                native.reduce_bytes(self._code(), dst.view(np.uint8), self._bytes(src))
             else:
                 dst[...] = src
         a.release()
@@ -726,10 +726,10 @@ class Execution:
         if lo.kind == "copy":
             dst[...] = self._region(lo.src_buf, lo.src_off, lo.count)
         elif lo.kind == "reduce":
-            native.reduce_bytes(self._code(), self._bytes(dst), self._bytes(np.ascontiguousarray(
+            native.reduce_bytes(self._code(), dst.view(np.uint8), self._bytes(np.ascontiguousarray(
                 self._region(lo.src_buf, lo.src_off, lo.count))))
         elif lo.kind == "divide":
-            native.divide_bytes(self._code(), self._bytes(dst), lo.divisor)
+            native.divide_bytes(self._code(), dst.view(np.uint8), lo.divisor)
         elif lo.kind == "zero":
             dst[...] = np.zeros(1, dst.dtype)[0]
         else:

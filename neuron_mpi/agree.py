@@ -173,3 +173,13 @@ def check_all_to_all_v(rows: np.ndarray, op: str) -> None:
             "no data moved")
         err.fields = ["send_counts/recv_counts"]
         raise err
+
+
+def counts_disagree(op: str, seq: int) -> CollectiveMismatchError:
+    """The all-to-all-v error when the shares did not sum to 0 but the pair is not
+    known (the count rows were not all-gathered)."""
+    err = CollectiveMismatchError(
+        f"{op} (call {seq}): send_counts and recv_counts disagree between ranks; "
+        "no data moved")
+    err.fields = ["send_counts/recv_counts"]
+    return err

@@ -32,7 +32,7 @@ from .algorithms.group import GroupView
 from .algorithms.select import choose, schedule_for
 from .control import Control
 from .engine import make_engine
-from .errors import (CollectiveMismatchError, CollectiveTimeoutError, CommunicatorFailedError,
+from .errors import (CollectiveTimeoutError, CommunicatorFailedError,
                      InvalidArgumentError, NeuronMPIError, TopologyError, arg_error)
 from .executor import (CODES, NO_BOARD, Execution, Plan, Scratch, SendRecvExecution,
                        make_buffers, native_args, native_head, pieces, retag_sendrecv,
@@ -248,12 +248,12 @@ class Communicator:
             FlightRecorder.fail(entry, err, getattr(err, "waiting_for", None))
         self._recorder.dump(f"{type(err).__name__}: {err}")
 
-    def _exchange(self, fp, op, timeout, rows=None):
+    def _exchange(self, fp, op, timeout, rows=None, share=0):
         """All-gather fingerprints across the group (the control plane: a shared
         board, or routed through the engine) and compare them; for all-to-all-v,
-        check the count rows pairwise (agree.pair_share; the rows themselves are
-        all-gathered only when they disagree, and only once every member agreed it
-        is an all-to-all-v)."""
+        check the count rows pairwise (``share``: this rank's agree.pair_share; the
+        rows themselves are all-gathered only when they disagree, and only once every
+        member agreed it is an all-to-all-v)."""
         seconds = _timeout_seconds(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
         seq = int(fp[A.SEQ])
@@ -267,12 +267,16 @@ class Communicator:
         # all-to-all-v: each member's share of the pairwise count check rides with
         # its fingerprint; only when the shares do not sum to 0 are the count rows
         # all-gathered, to name the pair that disagrees
-        n = self.size
-        share = A.pair_share(self.rank, rows[:n], rows[n:])
         table = self._control.allgather(np.append(fp, share), seq, 0, deadline, expired)
         A.compare(table[:, :fp.size], op, seq)
         if not A.pairs_agree(table[:, fp.size]):
-            A.check_all_to_all_v(self._control.allgather(rows, seq, 1, deadline, expired), op)
+            self._name_pair(op, seq, rows, deadline, expired)
+
+    def _name_pair(self, op, seq, rows, deadline, expired):
+        """All-to-all-v's shares did not sum to 0: all-gather the count rows and raise
+        the error naming the first pair that disagrees (on every member alike)."""
+        A.check_all_to_all_v(self._control.allgather(rows, seq, 1, deadline, expired), op)
+        raise A.counts_disagree(op, seq)  # (shares that do not sum to 0: counts differ)
 
     def _tell_group_rejected(self, op, timeout):
         """This rank rejected its arguments: take part in the agreement with status 1
@@ -377,7 +381,7 @@ class Communicator:
                 ran = self._run_alone(sh, x, out, out_shape, seq, deadline, fpv)
                 if ran is None:  # nothing run: agree on the Python side, then the data
                     try:
-                        self._exchange(fp, op, timeout, rows)
+                        self._exchange(fp, op, timeout, rows, share)
                     except NeuronMPIError as e:
                         self._agreement_failed(e, entry)
                     fp = rows = None
@@ -393,10 +397,10 @@ class Communicator:
                 FlightRecorder.finish(entry)
                 return ran[1]
         return self._run_general(sh, op, x, out, out_shape, reduce_op, async_op, timeout,
-                                 seconds, deadline, seq, entry, tr, call, fp, ran, rows)
+                                 seconds, deadline, seq, entry, tr, call, fp, ran, rows, share)
 
     def _run_general(self, sh, op, x, out, out_shape, reduce_op, async_op, timeout, seconds,
-                     deadline, seq, entry, tr, call, fp, ran, rows):
+                     deadline, seq, entry, tr, call, fp, ran, rows, share):
         """_run's path for every call the compiled run alone did not finish: an
         Execution driven here (blocking) or by the agent (async). Apart from _run so
         that a call run alone builds none of the closures' cells."""
@@ -412,7 +416,7 @@ class Communicator:
                         fp, op, seq, deadline,
                         lambda: self._agreement_timeout(op, seq, seconds))
                 if agreement is None:
-                    self._exchange(fp, op, timeout, rows)
+                    self._exchange(fp, op, timeout, rows, share)
         except NeuronMPIError as e:
             if call is not None:
                 tr.call_end(call, e)
@@ -526,18 +530,12 @@ class Communicator:
         whose counts disagree (the count rows all-gathered to name it)."""
         ctl = self._control
         p = ctl._parity
-        nf = len(A.FIELDS)
-        table = ctl._board.table(p)[:, :nf].copy()
+        table = ctl._board.table(p)[:, :len(A.FIELDS)].copy()
         ctl.turn_over(p)
         try:
             A.compare(table, op, seq)
-            A.check_all_to_all_v(ctl.allgather(
-                rows, seq, 1, deadline, lambda: self._agreement_timeout(op, seq, seconds)), op)
-            err = CollectiveMismatchError(  # (shares that do not sum to 0: counts differ)
-                f"{op} (call {seq}): send_counts and recv_counts disagree between ranks; "
-                "no data moved")
-            err.fields = ["send_counts/recv_counts"]
-            raise err
+            self._name_pair(op, seq, rows, deadline,
+                            lambda: self._agreement_timeout(op, seq, seconds))
         except NeuronMPIError as e:
             self._agreement_failed(e, entry)
 

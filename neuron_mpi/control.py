@@ -235,17 +235,13 @@ class BoardAgreement:
             self.control._open = None
 
     def raise_mismatch(self):
-        from .agree import FIELDS, compare
+        from .agree import FIELDS, compare, counts_disagree
         from .errors import CollectiveMismatchError
 
         nf = min(self.fp.size, len(FIELDS))
         compare(self.board.table(self.parity)[:, :nf], self.op, self.seq)
         if self.fp.size > nf:  # all-to-all-v's shares did not sum to 0
-            err = CollectiveMismatchError(
-                f"{self.op} (call {self.seq}): send_counts and recv_counts disagree "
-                "between ranks; no data moved")
-            err.fields = ["send_counts/recv_counts"]
-            raise err
+            raise counts_disagree(self.op, self.seq)
         raise CollectiveMismatchError(f"{self.op} (call {self.seq}): fingerprints differ")
 
     def absent(self) -> list[int]:

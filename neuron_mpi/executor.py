@@ -726,8 +726,8 @@ class Execution:
         if lo.kind == "copy":
             dst[...] = self._region(lo.src_buf, lo.src_off, lo.count)
         elif lo.kind == "reduce":
-            native.reduce_bytes(self._code(), dst.view(np.uint8), self._bytes(np.ascontiguousarray(
-                self._region(lo.src_buf, lo.src_off, lo.count))))
+            src = self._region(lo.src_buf, lo.src_off, lo.count)  # (a flat buffer's slice)
+            native.reduce_bytes(self._code(), dst.view(np.uint8), self._bytes(src))
         elif lo.kind == "divide":
             native.divide_bytes(self._code(), dst.view(np.uint8), lo.divisor)
         elif lo.kind == "zero":

@@ -220,6 +220,16 @@ def test_divide_bytes_matches_divide_into(name, op, n):
     assert np.array_equal(got, want.view(np.uint8))
 
 
+def test_the_compiled_agreement_compares_the_fingerprint_fields():
+    """plane._agreement compares FP_FIELDS words (the words past them are shares);
+    the module built ahead of time is not rebuilt when agree.py changes, so the
+    number is written in transport/native.py and must match agree.FIELDS."""
+    from neuron_mpi import agree
+    from neuron_mpi.transport import native
+
+    assert native.FP_FIELDS == len(agree.FIELDS)
+
+
 def test_codes_cover_every_op_and_dtype():
     assert set(CODES) == {(op, name) for op in REDUCE_OPS for name in DTYPES}
     assert sorted(CODES.values()) == list(range(len(CODES)))

@@ -1,7 +1,8 @@
 """The data plane (transport/plane.py), the atomics (kernels/atomic_ops.py) and the
-byte-wise reductions (kernels/bytes.py) built ahead of time by ``numba.pycc`` into one extension module, which ranks load instead
-of numba: no numba import, no compiler in memory (about 0.3 CPU s and 50 MiB per
-rank at launch, measured in docs/benchmarks.md).
+byte-wise reductions (kernels/bytes.py) built ahead of time by ``numba.pycc`` into
+one extension module, which ranks load instead of numba: no numba import, no
+compiler in memory (about 0.3 CPU s and 50 MiB per rank at launch, measured in
+docs/benchmarks.md).
 
 ``build()`` makes it (``kernels.warm()`` calls it; neuron-mpirun warms before every
 launch) in the numba cache's ``aot`` folder, named by a digest of the sources it is

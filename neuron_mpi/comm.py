@@ -19,6 +19,7 @@ import functools
 import hashlib
 import math
 import time
+import weakref
 
 import numpy as np
 from mpi4py import MPI
@@ -174,6 +175,48 @@ class _Shape:
             self.spares.append(scratch)
 
 
+class _Call:
+    """A collective call's arguments as validated and worked out (``_Shape``, the
+    deadline's seconds, whether to agree, ...): what ``Communicator._go`` runs. Kept
+    per operation when its input array came again (``Communicator._keep``), with
+    what the validation looked at, so that a loop calling with the same arrays and
+    arguments (``_repeat``) skips validating and looking them up again. It holds
+    the arrays by weak reference only: a kept call neither keeps a buffer alive nor
+    stops a ``resize``."""
+
+    __slots__ = ("sh", "op", "out_shape", "reduce_op", "async_op", "timeout", "seconds",
+                 "checking", "rows", "share", "raw", "x", "out", "xmeta", "ometa", "env",
+                 "alone")
+
+    def __init__(self, sh, op, out_shape, reduce_op, async_op, timeout, seconds, checking,
+                 rows, share):
+        self.sh, self.op, self.out_shape, self.reduce_op = sh, op, out_shape, reduce_op
+        self.async_op, self.timeout, self.seconds, self.checking = (async_op, timeout,
+                                                                     seconds, checking)
+        self.rows, self.share = rows, share
+        self.alone = False  # kept, and its arrays are fit for _run_alone as they are
+
+
+def _fit_alone(x, out) -> bool:
+    """Whether arrays ``x`` and ``out`` (None: a new result) can be the compiled run's
+    buffers as they are: plain ndarrays, C-contiguous, ``x`` writable (the run's
+    buffers are typed so), not overlapping."""
+    if type(x) is not np.ndarray:
+        return False
+    f = x.flags
+    if not (f.c_contiguous and f.writeable):
+        return False
+    return out is None or type(out) is np.ndarray and out.flags.c_contiguous and not (
+        x.size and out.size and np.may_share_memory(x, out))
+
+
+def _meta(a: np.ndarray) -> tuple:
+    """What the validation of an array argument depends on and a program may change
+    on the same array object between calls (Communicator._repeat compares them
+    written out)."""
+    return a.shape, a.strides, a.dtype, a.flags.writeable
+
+
 class Communicator:
     def __init__(self, engine, topo, ranks, comm_id: int, strict: bool,
                  recorder: FlightRecorder):
@@ -197,6 +240,8 @@ class Communicator:
         self._p2p_recv: dict[int, int] = {}
         self._plans: dict = {}
         self._shapes: dict = {}  # call shape -> _Shape
+        self._kept: dict = {}  # operation -> its _Call kept to repeat
+        self._seen: dict = {}  # operation -> id() of the last call's input array
         self._squares: dict = {}  # all_to_all block size -> its count matrix
         self._vmatrices: dict = {}  # all_to_all_v (send, recv counts, row elems) ->
         # (matrix, count rows, pair share)
@@ -348,15 +393,70 @@ class Communicator:
 
     def _run(self, op, algorithm, sizes, x, out, out_shape, reduce_op="sum", extra=None,
              async_op=False, timeout=None, fp_count=None, dig=0, rows=None, skey=None,
-             share=0):
+             share=0, keep=None):
         """x: validated input; out: validated out or None. ``skey``: a small hashable
         standing for ``sizes`` in the shape cache (all_to_all's count matrix).
         ``rows``, ``share``: all-to-all-v's count rows and this rank's share of their
-        pairwise check (agree.pair_share)."""
+        pairwise check (agree.pair_share). ``keep``: the caller's raw arguments (other
+        than the arrays), to keep the call for ``_repeat``."""
         tr = _tracing.ACTIVE
-        env_algo, seconds, checking = _per_call(timeout)
+        ekey = env.per_call_key()
+        env_algo, seconds, checking = _per_call(timeout, ekey)
         sh = self._shape(op, algorithm, env_algo, sizes, x, out_shape, reduce_op, extra,
                          fp_count, dig, tr is not None, skey)
+        c = _Call(sh, op, out_shape, reduce_op, async_op, timeout, seconds, checking, rows,
+                  share)
+        if keep is not None and tr is None:
+            self._keep(c, keep, ekey, x, out)
+        return self._go(c, x, out)
+
+    def _keep(self, c, raw, ekey, x, out) -> None:
+        """Keep call ``c`` for its operation when its input is the array of the
+        operation's previous call (a loop reusing its buffers; a program passing new
+        arrays at every call pays no more than an id per call)."""
+        name = c.op
+        if self._seen.get(name) != id(x):
+            self._seen[name] = id(x)
+            return
+        if type(x) is not np.ndarray or out is not None and type(out) is not np.ndarray:
+            return
+        c.raw, c.env = raw, ekey
+        c.x, c.xmeta = weakref.ref(x), _meta(x)
+        c.out, c.ometa = (None, None) if out is None else (weakref.ref(out), _meta(out))
+        # (what _fit_alone looked at does not change while the metas match: the same
+        # objects, whose data cannot move into one another)
+        c.alone = not c.async_op and c.rows is None and _fit_alone(x, out)
+        self._kept[name] = c
+
+    def _repeat(self, name, x, out, raw):
+        """The kept call of operation ``name`` when this call repeats it: the same
+        input and output arrays (by identity, with the shape, strides, dtype and
+        writability the validation saw), the same other arguments (``raw``: equal,
+        of the same types), the same per-call environment, no tracing. Else None:
+        the call is validated and worked out as a new one (also on a failed
+        communicator, which the decorated path refuses)."""
+        c = self._kept.get(name)
+        if c is None or c.raw != raw or c.x() is not x or _tracing.ACTIVE is not None or \
+                self._failed is not None:
+            return None
+        o = c.out
+        if o is None:
+            if out is not None:
+                return None
+        elif o() is not out or (out.shape, out.strides, out.dtype,
+                                out.flags.writeable) != c.ometa:
+            return None
+        if (x.shape, x.strides, x.dtype, x.flags.writeable) != c.xmeta or \
+                env.per_call_key() != c.env:
+            return None
+        return c
+
+    def _go(self, c, x, out):
+        """Run call ``c`` (a _Call) on arrays ``x`` and ``out`` (validated)."""
+        tr = _tracing.ACTIVE
+        sh, op, out_shape, reduce_op, async_op = c.sh, c.op, c.out_shape, c.reduce_op, \
+            c.async_op
+        timeout, seconds, rows, share = c.timeout, c.seconds, c.rows, c.share
         algo, plan = sh.algo, sh.plan
         deadline = None if seconds is None else time.monotonic() + seconds
         seq = self._seq + 1
@@ -367,7 +467,7 @@ class Communicator:
         call = None if tr is None else tr.call_begin(
             self._id, seq, op, algo, sh.nbytes, str(x.dtype), self.size, len(plan.steps))
         fp = None
-        if checking and self.size > 1:
+        if c.checking and self.size > 1:
             # a blocking call's agreement is over when it returns: its shape's
             # fingerprint is reused; an async call's lives on in the background
             fp = sh.fp.copy() if async_op else sh.fp
@@ -392,7 +492,7 @@ class Communicator:
                     fp = fpv
             else:
                 rows = None  # (all-to-all-v unchecked: nothing to agree on)
-                ran = self._run_alone(sh, x, out, out_shape, seq, deadline, fp)
+                ran = self._run_alone(sh, x, out, out_shape, seq, deadline, fp, c.alone)
             if ran is not None and ran[0]:
                 FlightRecorder.finish(entry)
                 return ran[1]
@@ -480,7 +580,7 @@ class Communicator:
             return Handle(self, ex, wait)
         return wait()
 
-    def _run_alone(self, sh, x, out, out_shape, seq, deadline, fp):
+    def _run_alone(self, sh, x, out, out_shape, seq, deadline, fp, fit=False):
         """A blocking call with nothing else of this rank in flight, on a compiled
         plan: the agreement and the whole schedule as one compiled run on this
         thread, building no Execution or BoardAgreement (for a small call those and
@@ -489,14 +589,9 @@ class Communicator:
         run): done, or the run's arguments (with its state) and the status it ended
         with, which the general path adopts and finishes (a timeout, a mismatch, a
         piece of the wrong size, a failed read, a channel to copy aside). ``fp``: the
-        call's fingerprint, None when nobody agrees."""
-        if type(x) is not np.ndarray:
-            return None
-        f = x.flags
-        if not (f.c_contiguous and f.writeable):
-            return None
-        if out is not None and (type(out) is not np.ndarray or not out.flags.c_contiguous
-                                or x.size and out.size and np.may_share_memory(x, out)):
+        call's fingerprint, None when nobody agrees. ``fit``: _fit_alone(x, out) is
+        known to hold."""
+        if not (fit or _fit_alone(x, out)):
             return None
         eng, ctl = self._engine, self._control
         sc = sh.scratch
@@ -564,23 +659,37 @@ class Communicator:
         return choose(op, self._view, algorithm, nbytes)
 
     # --- collectives ----------------------------------------------------------------
-    @_collective("all_reduce")
     def all_reduce(self, x, op="sum", out=None, algorithm=None, async_op=False, timeout=None):
+        raw = (op, algorithm, async_op, timeout, type(timeout))
+        c = self._repeat("all_reduce", x, out, raw)
+        if c is not None:  # (the decorator's checks: _repeat's, and _go raises agreed)
+            return self._go(c, x, out)
+        return self._all_reduce(x, op, out, algorithm, async_op, raw, timeout=timeout)
+
+    @_collective("all_reduce")
+    def _all_reduce(self, x, op, out, algorithm, async_op, raw, timeout=None):
         x = V.array(x)
         op = V.reduce_op(op)
         out = V.out_array(out, x.shape, x.dtype)
         return self._run("all_reduce", algorithm, int(x.size), x, out, x.shape, op,
-                         async_op=async_op, timeout=timeout)
+                         async_op=async_op, timeout=timeout, keep=raw)
+
+    def all_gather(self, x, out=None, algorithm=None, async_op=False, timeout=None):
+        raw = (algorithm, async_op, timeout, type(timeout))
+        c = self._repeat("all_gather", x, out, raw)
+        if c is not None:  # (the decorator's checks: _repeat's, and _go raises agreed)
+            return self._go(c, x, out)
+        return self._all_gather(x, out, algorithm, async_op, raw, timeout=timeout)
 
     @_collective("all_gather")
-    def all_gather(self, x, out=None, algorithm=None, async_op=False, timeout=None):
+    def _all_gather(self, x, out, algorithm, async_op, raw, timeout=None):
         x = V.array(x)
         r = V.rows(x)
         shape = (r * self.size,) + x.shape[1:]
         out = V.out_array(out, shape, x.dtype)
         counts = (int(x.size),) * self.size
         return self._run("all_gather", algorithm, counts, x, out, shape, async_op=async_op,
-                         timeout=timeout, dig=A.digest(x.shape[1:]))
+                         timeout=timeout, dig=A.digest(x.shape[1:]), keep=raw)
 
     @_collective("all_gather_v")
     def all_gather_v(self, x, counts, out=None, algorithm=None, async_op=False, timeout=None):
@@ -597,9 +706,16 @@ class Communicator:
                          shape, async_op=async_op, timeout=timeout, fp_count=sum(counts) * re,
                          dig=A.digest(counts, x.shape[1:]))
 
-    @_collective("reduce_scatter")
     def reduce_scatter(self, x, op="sum", out=None, algorithm=None, async_op=False,
                        timeout=None):
+        raw = (op, algorithm, async_op, timeout, type(timeout))
+        c = self._repeat("reduce_scatter", x, out, raw)
+        if c is not None:  # (the decorator's checks: _repeat's, and _go raises agreed)
+            return self._go(c, x, out)
+        return self._reduce_scatter(x, op, out, algorithm, async_op, raw, timeout=timeout)
+
+    @_collective("reduce_scatter")
+    def _reduce_scatter(self, x, op, out, algorithm, async_op, raw, timeout=None):
         x = V.array(x)
         op = V.reduce_op(op)
         r = V.rows(x)
@@ -611,7 +727,8 @@ class Communicator:
         out = V.out_array(out, shape, x.dtype)
         counts = (int(x.size) // self.size,) * self.size
         return self._run("reduce_scatter", algorithm, counts, x, out, shape, op,
-                         async_op=async_op, timeout=timeout, dig=A.digest(x.shape[1:]))
+                         async_op=async_op, timeout=timeout, dig=A.digest(x.shape[1:]),
+                         keep=raw)
 
     @_collective("reduce_scatter_v")
     def reduce_scatter_v(self, x, counts, op="sum", out=None, algorithm=None, async_op=False,
@@ -630,8 +747,15 @@ class Communicator:
                          shape, op, async_op=async_op, timeout=timeout,
                          dig=A.digest(counts, x.shape[1:]))
 
-    @_collective("all_to_all")
     def all_to_all(self, x, out=None, algorithm=None, async_op=False, timeout=None):
+        raw = (algorithm, async_op, timeout, type(timeout))
+        c = self._repeat("all_to_all", x, out, raw)
+        if c is not None:  # (the decorator's checks: _repeat's, and _go raises agreed)
+            return self._go(c, x, out)
+        return self._all_to_all(x, out, algorithm, async_op, raw, timeout=timeout)
+
+    @_collective("all_to_all")
+    def _all_to_all(self, x, out, algorithm, async_op, raw, timeout=None):
         x = V.array(x)
         r = V.rows(x)
         if r % self.size:
@@ -647,7 +771,8 @@ class Communicator:
                 self._squares.clear()
             self._squares[b] = matrix
         return self._run("all_to_all", algorithm, matrix, x, out, x.shape, async_op=async_op,
-                         timeout=timeout, dig=A.digest(x.shape[1:]), skey=("square", b))
+                         timeout=timeout, dig=A.digest(x.shape[1:]), skey=("square", b),
+                         keep=raw)
 
     @_collective("all_to_all_v")
     def all_to_all_v(self, x, send_counts, recv_counts, out=None, algorithm=None,

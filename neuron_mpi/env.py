@@ -176,17 +176,24 @@ _BAD = object()  # a value that does not parse: the reader raises its error agai
 _per_call: dict = {}  # the three raw values -> (algorithm(), timeout_seconds(), checking())
 
 
-def per_call(timeout=None) -> tuple:
-    """What every collective reads at every call, in one look at the environment:
-    ``(algorithm(), timeout_seconds(timeout), checking())``, raising what they
-    raise, in that order. The parsing is kept per set of raw values (a small call
-    spends more on reading its settings one by one than on its data)."""
+def per_call_key() -> tuple:
+    """The raw values of the variables every collective reads at every call (as
+    found, unparsed): what per_call's result depends on besides its argument."""
     d = _ENV_DATA
     if d is not None and getattr(os.environ, "_data", None) is d:
         a, t, c = _PER_CALL_KEYS
-        key = (d.get(a), d.get(t), d.get(c))
-    else:
-        key = tuple(os.environ.get(n) for n in _PER_CALL)
+        return (d.get(a), d.get(t), d.get(c))
+    return tuple(os.environ.get(n) for n in _PER_CALL)
+
+
+def per_call(timeout=None, key=None) -> tuple:
+    """What every collective reads at every call, in one look at the environment:
+    ``(algorithm(), timeout_seconds(timeout), checking())``, raising what they
+    raise, in that order. The parsing is kept per set of raw values (a small call
+    spends more on reading its settings one by one than on its data). ``key``: the
+    caller's per_call_key(), when it has just read it."""
+    if key is None:
+        key = per_call_key()
     got = _per_call.get(key)
     if got is None:
         got = (algorithm(), _parsed(timeout_seconds), _parsed(checking))

@@ -261,3 +261,86 @@ def test_rejected_call_leaves_every_rank_in_the_same_state(comm):
     assert set(outcomes.tolist()) == {0}, (
         f"next call after a rejected one: outcomes per rank (0 ok, 1 failed, 2 timeout, 3 wrong): "
         f"{outcomes.tolist()}")
+
+
+# --- a call repeated with the same arrays -----------------------------------------------
+def _repeated(comm, op):
+    """(x, out, the call on them with keyword arguments, its reference result) for
+    ``op`` on 2-d arrays."""
+    n, me = comm.size, comm.rank
+    t = table(14, n, 2 * n * 3, DTYPES["int32"], "sum")
+    total = t.sum(axis=0, dtype=t.dtype).reshape(2 * n, 3)  # (wraps, as the call does)
+    x = t[me].reshape(2 * n, 3).copy()
+    if op == "all_reduce":
+        out, want = np.empty_like(x), total
+    elif op == "all_gather":
+        x = x[:2].copy()
+        out, want = np.empty((2 * n, 3), x.dtype), t[:, :6].reshape(2 * n, 3)
+    elif op == "reduce_scatter":
+        out = np.empty((2, 3), x.dtype)
+        want = total[2 * me:2 * me + 2]
+    else:
+        out = np.empty_like(x)
+        want = t.reshape(n, n, 6)[:, me].reshape(2 * n, 3)
+    return x, out, (lambda **kw: getattr(comm, op)(x, out=out, **kw)), want
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])
+def test_a_repeated_call_is_validated_again_when_anything_changed(comm, settled, op,
+                                                                  monkeypatch):
+    """A call repeating the previous one on the same arrays skips its validation
+    (Communicator._repeat) only while nothing the validation looked at changed: an
+    output made read-only, an input reshaped in place, a bad timeout or a bad
+    NEURON_MPI_TIMEOUT since are refused on every rank, before any data moves; the
+    kept call holds its arrays by weak reference only."""
+    import gc
+    import weakref
+
+    x, out, call, want = _repeated(comm, op)
+    for _ in range(3):
+        assert call(timeout=30.0) is out
+        assert_same(out, want, op)
+    kept = comm._kept.get(op)
+    assert kept is not None and kept.x() is x and kept.out() is out, "the call was not kept"
+    before = x.copy()
+
+    def refused(match, **kw):
+        ledger = settled_bytes(comm, barrier=False)
+        with pytest.raises(nm.InvalidArgumentError, match=match):
+            call(**kw)
+        assert settled_bytes(comm, barrier=False) == ledger, "data moved before the error"
+        assert_same(x.reshape(before.shape), before, "input changed")
+
+    out.flags.writeable = False
+    refused("out: expected a writeable array", timeout=30.0)
+    out.flags.writeable = True
+    x.shape = (x.size,)
+    refused("out: expected shape", timeout=30.0)
+    x.shape = before.shape
+    for _ in range(2):
+        assert call(timeout=0) is out  # (kept with timeout 0: no deadline)
+    refused("timeout: expected seconds", timeout=False)  # (False == 0: equal, not alike)
+    for _ in range(2):
+        assert call() is out
+    monkeypatch.setenv("NEURON_MPI_TIMEOUT", "soon")
+    refused("NEURON_MPI_TIMEOUT")
+    monkeypatch.delenv("NEURON_MPI_TIMEOUT")
+    out[...] = 0
+    assert call(timeout=30.0) is out and call(timeout=30.0) is out
+    assert_same(out, want, f"{op} after the refused calls")
+    # the kept call keeps neither array alive
+    xref, oref = weakref.ref(x), weakref.ref(out)
+    del x, out, call, before
+    gc.collect()  # (the refused calls' tracebacks hold frames that held the arrays)
+    assert xref() is None and oref() is None, "a kept call holds its arrays"
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_repeated_call_on_a_failed_communicator_is_refused(comm):
+    sub = _fresh(comm)
+    x = np.ones(4, np.float32)
+    for _ in range(3):
+        assert_same(sub.all_reduce(x), np.full(4, sub.size, np.float32), "all_reduce")
+    sub._failed = nm.CollectiveTimeoutError("an earlier call timed out")  # (as _fail sets)
+    with pytest.raises(nm.CommunicatorFailedError, match="an earlier call timed out"):
+        sub.all_reduce(x)

@@ -99,6 +99,7 @@ class Handle:
 
 
 _DTYPE_STR: dict = {}
+_U8 = np.dtype(np.uint8)
 _EMPTY_BYTES = np.empty(0, np.uint8)  # a receive's payload (it sends nothing)
 
 
@@ -454,9 +455,7 @@ class Communicator:
     def _go(self, c, x, out):
         """Run call ``c`` (a _Call) on arrays ``x`` and ``out`` (validated)."""
         tr = _tracing.ACTIVE
-        sh, op, out_shape, reduce_op, async_op = c.sh, c.op, c.out_shape, c.reduce_op, \
-            c.async_op
-        timeout, seconds, rows, share = c.timeout, c.seconds, c.rows, c.share
+        sh, op, out_shape, async_op, seconds = c.sh, c.op, c.out_shape, c.async_op, c.seconds
         algo, plan = sh.algo, sh.plan
         deadline = None if seconds is None else time.monotonic() + seconds
         seq = self._seq + 1
@@ -472,7 +471,7 @@ class Communicator:
             # fingerprint is reused; an async call's lives on in the background
             fp = sh.fp.copy() if async_op else sh.fp
             fp[A.SEQ] = seq
-        ran = None
+        ran, rows, share = None, c.rows, c.share
         if sh.scratch is not None and not async_op and call is None:
             if rows is not None and fp is not None:
                 # all-to-all-v: the compiled agreement checks the counts pairwise too,
@@ -481,7 +480,7 @@ class Communicator:
                 ran = self._run_alone(sh, x, out, out_shape, seq, deadline, fpv)
                 if ran is None:  # nothing run: agree on the Python side, then the data
                     try:
-                        self._exchange(fp, op, timeout, rows, share)
+                        self._exchange(fp, op, c.timeout, rows, share)
                     except NeuronMPIError as e:
                         self._agreement_failed(e, entry)
                     fp = rows = None
@@ -496,7 +495,7 @@ class Communicator:
             if ran is not None and ran[0]:
                 FlightRecorder.finish(entry)
                 return ran[1]
-        return self._run_general(sh, op, x, out, out_shape, reduce_op, async_op, timeout,
+        return self._run_general(sh, op, x, out, out_shape, c.reduce_op, async_op, c.timeout,
                                  seconds, deadline, seq, entry, tr, call, fp, ran, rows, share)
 
     def _run_general(self, sh, op, x, out, out_shape, reduce_op, async_op, timeout, seconds,
@@ -606,8 +605,8 @@ class Communicator:
             sc.zeroed()
             board = NO_BOARD
         result = out if out is not None else np.empty(out_shape, x.dtype)
-        args = sh.run_args(eng.shm, (x if x.ndim == 1 else x.reshape(-1)).view(np.uint8),
-                           (result if result.ndim == 1 else result.reshape(-1)).view(np.uint8),
+        args = sh.run_args(eng.shm, (x if x.ndim == 1 else x.reshape(-1)).view(_U8),
+                           (result if result.ndim == 1 else result.reshape(-1)).view(_U8),
                            self._id, seq, board)
         status = eng.run_alone(args, deadline)
         if status is None:  # something else in flight, or pieces set aside

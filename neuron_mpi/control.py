@@ -86,14 +86,14 @@ class Control:
         next turn on its board (counter, table, member, size, fp, target, bells),
         as BoardAgreement holds them. The turn is taken by ``turn_over`` once every
         member has arrived."""
-        b, p = self._board, self._parity
+        b, p = self._b, self._parity  # (the caller found the board: resolved)
         return (b.counters[p], b.tables[p], self.comm.rank, b.size, fp,
                 b.size * (b.uses[p] + 1), b.bells)
 
     def turn_over(self, parity: int) -> None:
         """Every member arrived on the board for the turn of ``parity``: it turns
         over, as on the Python path (Control._on_board)."""
-        self._board.done(parity)
+        self._b.done(parity)  # (the board is resolved: the caller took a turn on it)
         self._parity ^= 1
 
     def settle(self, deadline, expired) -> None:

@@ -398,9 +398,10 @@ class Engine:
             if not self.lock.acquire(blocking=False):
                 self._claim()  # (drive(), without its loop)
             try:
-                if not self.solo():
-                    return None
-                return native.exec_run(*args, NO_CLAIM, deadline_ns(deadline))
+                if self.active or self.outq or self.inbox or self.mpi is not None:
+                    return None  # (not solo(): written out, as on every small call)
+                return native.exec_run(*args, NO_CLAIM,
+                                       -1 if deadline is None else deadline_ns(deadline))
             finally:
                 self.lock.release()
         finally:

@@ -816,13 +816,20 @@ class Communicator:
         return self._run("permute", algorithm, int(x.size), x, out, x.shape, extra=pairs,
                          async_op=async_op, timeout=timeout, dig=A.digest(pairs or [[-1, -1]]))
 
-    @_collective("broadcast")
     def broadcast(self, x, root=0, out=None, algorithm=None, async_op=False, timeout=None):
+        raw = (root, type(root), algorithm, async_op, timeout, type(timeout))
+        c = self._repeat("broadcast", x, out, raw)
+        if c is not None:
+            return self._go(c, x, out)
+        return self._broadcast(x, root, out, algorithm, async_op, raw, timeout=timeout)
+
+    @_collective("broadcast")
+    def _broadcast(self, x, root, out, algorithm, async_op, raw, timeout=None):
         x = V.array(x)
         root = V.rank(root, self.size, "root")
         out = V.out_array(out, x.shape, x.dtype)
         return self._run("broadcast", algorithm, int(x.size), x, out, x.shape, extra=root,
-                         async_op=async_op, timeout=timeout, dig=A.digest(x.shape))
+                         async_op=async_op, timeout=timeout, dig=A.digest(x.shape), keep=raw)
 
     @_collective("barrier")
     def barrier(self, timeout=None) -> None:

@@ -279,13 +279,17 @@ def _repeated(comm, op):
     elif op == "reduce_scatter":
         out = np.empty((2, 3), x.dtype)
         want = total[2 * me:2 * me + 2]
+    elif op == "broadcast":
+        out, want = np.empty_like(x), t[n - 1].reshape(2 * n, 3)
+        return x, out, (lambda **kw: comm.broadcast(x, n - 1, out=out, **kw)), want
     else:
         out = np.empty_like(x)
         want = t.reshape(n, n, 6)[:, me].reshape(2 * n, 3)
     return x, out, (lambda **kw: getattr(comm, op)(x, out=out, **kw)), want
 
 
-@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                "broadcast"])
 def test_a_repeated_call_is_validated_again_when_anything_changed(comm, settled, op,
                                                                   monkeypatch):
     """A call repeating the previous one on the same arrays skips its validation

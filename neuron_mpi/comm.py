@@ -432,8 +432,10 @@ class Communicator:
     def _repeat(self, name, x, out, raw):
         """The kept call of operation ``name`` when this call repeats it: the same
         input and output arrays (by identity, with the shape, strides, dtype and
-        writability the validation saw), the same other arguments (``raw``: equal,
-        of the same types), the same per-call environment, no tracing. Else None:
+        writability the validation saw), the same other arguments (``raw``: each
+        argument's type, then its value, so that a value is only compared with one
+        of its own type: an array passed as ``op`` is refused by the validation, not
+        by ``==``), the same per-call environment, no tracing. Else None:
         the call is validated and worked out as a new one (also on a failed
         communicator, which the decorated path refuses)."""
         c = self._kept.get(name)
@@ -659,7 +661,7 @@ class Communicator:
 
     # --- collectives ----------------------------------------------------------------
     def all_reduce(self, x, op="sum", out=None, algorithm=None, async_op=False, timeout=None):
-        raw = (op, algorithm, async_op, timeout, type(timeout))
+        raw = (type(op), op, type(algorithm), algorithm, async_op, type(timeout), timeout)
         c = self._repeat("all_reduce", x, out, raw)
         if c is not None:  # (the decorator's checks: _repeat's, and _go raises agreed)
             return self._go(c, x, out)
@@ -674,7 +676,7 @@ class Communicator:
                          async_op=async_op, timeout=timeout, keep=raw)
 
     def all_gather(self, x, out=None, algorithm=None, async_op=False, timeout=None):
-        raw = (algorithm, async_op, timeout, type(timeout))
+        raw = (type(algorithm), algorithm, async_op, type(timeout), timeout)
         c = self._repeat("all_gather", x, out, raw)
         if c is not None:  # (the decorator's checks: _repeat's, and _go raises agreed)
             return self._go(c, x, out)
@@ -707,7 +709,7 @@ class Communicator:
 
     def reduce_scatter(self, x, op="sum", out=None, algorithm=None, async_op=False,
                        timeout=None):
-        raw = (op, algorithm, async_op, timeout, type(timeout))
+        raw = (type(op), op, type(algorithm), algorithm, async_op, type(timeout), timeout)
         c = self._repeat("reduce_scatter", x, out, raw)
         if c is not None:  # (the decorator's checks: _repeat's, and _go raises agreed)
             return self._go(c, x, out)
@@ -747,7 +749,7 @@ class Communicator:
                          dig=A.digest(counts, x.shape[1:]))
 
     def all_to_all(self, x, out=None, algorithm=None, async_op=False, timeout=None):
-        raw = (algorithm, async_op, timeout, type(timeout))
+        raw = (type(algorithm), algorithm, async_op, type(timeout), timeout)
         c = self._repeat("all_to_all", x, out, raw)
         if c is not None:  # (the decorator's checks: _repeat's, and _go raises agreed)
             return self._go(c, x, out)
@@ -817,7 +819,8 @@ class Communicator:
                          async_op=async_op, timeout=timeout, dig=A.digest(pairs or [[-1, -1]]))
 
     def broadcast(self, x, root=0, out=None, algorithm=None, async_op=False, timeout=None):
-        raw = (root, type(root), algorithm, async_op, timeout, type(timeout))
+        raw = (type(root), root, type(algorithm), algorithm, async_op, type(timeout),
+               timeout)
         c = self._repeat("broadcast", x, out, raw)
         if c is not None:
             return self._go(c, x, out)

@@ -50,7 +50,7 @@ def choose(op: str, view, algorithm=None, nbytes: int | None = None) -> str:
     if forced is None:
         return _explain(op, view, nbytes)[0]
     source = "algorithm" if algorithm is not None else "NEURON_MPI_ALGO"
-    algo = registry.get(forced)
+    algo = registry.get(forced) if isinstance(forced, str) else None  # (may be unhashable)
     if algo is None:
         raise AlgorithmError(f"{source}: unknown algorithm {forced!r}; known: "
                              + ", ".join(ALGORITHMS))

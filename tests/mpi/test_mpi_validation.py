@@ -326,6 +326,11 @@ def test_a_repeated_call_is_validated_again_when_anything_changed(comm, settled,
     refused("timeout: expected seconds", timeout=False)  # (False == 0: equal, not alike)
     for _ in range(2):
         assert call() is out
+    # another argument compared with the kept one: refused by the validation, not by
+    # an array's ambiguous truth value
+    refused("algorithm", algorithm=np.array(["ring", "mesh"]))
+    if op in ("all_reduce", "reduce_scatter"):
+        refused("op", op=np.array(["sum", "max"]))
     monkeypatch.setenv("NEURON_MPI_TIMEOUT", "soon")
     refused("NEURON_MPI_TIMEOUT")
     monkeypatch.delenv("NEURON_MPI_TIMEOUT")

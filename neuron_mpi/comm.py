@@ -186,8 +186,8 @@ class _Call:
     stops a ``resize``."""
 
     __slots__ = ("sh", "op", "out_shape", "reduce_op", "async_op", "timeout", "seconds",
-                 "checking", "rows", "share", "raw", "x", "out", "xmeta", "ometa", "env",
-                 "alone")
+                 "checking", "rows", "share", "raw", "extra", "x", "out", "xmeta", "ometa",
+                 "env", "alone")
 
     def __init__(self, sh, op, out_shape, reduce_op, async_op, timeout, seconds, checking,
                  rows, share):
@@ -399,7 +399,8 @@ class Communicator:
         standing for ``sizes`` in the shape cache (all_to_all's count matrix).
         ``rows``, ``share``: all-to-all-v's count rows and this rank's share of their
         pairwise check (agree.pair_share). ``keep``: the caller's raw arguments (other
-        than the arrays), to keep the call for ``_repeat``."""
+        than the arrays) and an argument compared by identity (None: none), to keep
+        the call for ``_repeat``."""
         tr = _tracing.ACTIVE
         ekey = env.per_call_key()
         env_algo, seconds, checking = _per_call(timeout, ekey)
@@ -408,10 +409,10 @@ class Communicator:
         c = _Call(sh, op, out_shape, reduce_op, async_op, timeout, seconds, checking, rows,
                   share)
         if keep is not None and tr is None:
-            self._keep(c, keep, ekey, x, out)
+            self._keep(c, keep[0], keep[1], ekey, x, out)
         return self._go(c, x, out)
 
-    def _keep(self, c, raw, ekey, x, out) -> None:
+    def _keep(self, c, raw, extra, ekey, x, out) -> None:
         """Keep call ``c`` for its operation when its input is the array of the
         operation's previous call (a loop reusing its buffers; a program passing new
         arrays at every call pays no more than an id per call)."""
@@ -421,7 +422,7 @@ class Communicator:
             return
         if type(x) is not np.ndarray or out is not None and type(out) is not np.ndarray:
             return
-        c.raw, c.env = raw, ekey
+        c.raw, c.extra, c.env = raw, extra, ekey
         c.x, c.xmeta = weakref.ref(x), _meta(x)
         c.out, c.ometa = (None, None) if out is None else (weakref.ref(out), _meta(out))
         # (what _fit_alone looked at does not change while the metas match: the same
@@ -429,18 +430,19 @@ class Communicator:
         c.alone = not c.async_op and c.rows is None and _fit_alone(x, out)
         self._kept[name] = c
 
-    def _repeat(self, name, x, out, raw):
+    def _repeat(self, name, x, out, raw, extra=None):
         """The kept call of operation ``name`` when this call repeats it: the same
         input and output arrays (by identity, with the shape, strides, dtype and
         writability the validation saw), the same other arguments (``raw``: each
         argument's type, then its value, so that a value is only compared with one
         of its own type: an array passed as ``op`` is refused by the validation, not
-        by ``==``), the same per-call environment, no tracing. Else None:
+        by ``==``; ``extra``: the same object, immutable), the same per-call
+        environment, no tracing. Else None:
         the call is validated and worked out as a new one (also on a failed
         communicator, which the decorated path refuses)."""
         c = self._kept.get(name)
-        if c is None or c.raw != raw or c.x() is not x or _tracing.ACTIVE is not None or \
-                self._failed is not None:
+        if c is None or c.raw != raw or c.x() is not x or c.extra is not extra or \
+                _tracing.ACTIVE is not None or self._failed is not None:
             return None
         o = c.out
         if o is None:
@@ -673,7 +675,7 @@ class Communicator:
         op = V.reduce_op(op)
         out = V.out_array(out, x.shape, x.dtype)
         return self._run("all_reduce", algorithm, int(x.size), x, out, x.shape, op,
-                         async_op=async_op, timeout=timeout, keep=raw)
+                         async_op=async_op, timeout=timeout, keep=(raw, None))
 
     def all_gather(self, x, out=None, algorithm=None, async_op=False, timeout=None):
         raw = (type(algorithm), algorithm, async_op, type(timeout), timeout)
@@ -690,7 +692,7 @@ class Communicator:
         out = V.out_array(out, shape, x.dtype)
         counts = (int(x.size),) * self.size
         return self._run("all_gather", algorithm, counts, x, out, shape, async_op=async_op,
-                         timeout=timeout, dig=A.digest(x.shape[1:]), keep=raw)
+                         timeout=timeout, dig=A.digest(x.shape[1:]), keep=(raw, None))
 
     @_collective("all_gather_v")
     def all_gather_v(self, x, counts, out=None, algorithm=None, async_op=False, timeout=None):
@@ -729,7 +731,7 @@ class Communicator:
         counts = (int(x.size) // self.size,) * self.size
         return self._run("reduce_scatter", algorithm, counts, x, out, shape, op,
                          async_op=async_op, timeout=timeout, dig=A.digest(x.shape[1:]),
-                         keep=raw)
+                         keep=(raw, None))
 
     @_collective("reduce_scatter_v")
     def reduce_scatter_v(self, x, counts, op="sum", out=None, algorithm=None, async_op=False,
@@ -773,7 +775,7 @@ class Communicator:
             self._squares[b] = matrix
         return self._run("all_to_all", algorithm, matrix, x, out, x.shape, async_op=async_op,
                          timeout=timeout, dig=A.digest(x.shape[1:]), skey=("square", b),
-                         keep=raw)
+                         keep=(raw, None))
 
     @_collective("all_to_all_v")
     def all_to_all_v(self, x, send_counts, recv_counts, out=None, algorithm=None,
@@ -810,13 +812,27 @@ class Communicator:
                          timeout=timeout, fp_count=0, dig=A.digest(x.shape[1:]), rows=rows,
                          share=share)
 
-    @_collective("permute")
     def permute(self, x, pairs, out=None, algorithm=None, async_op=False, timeout=None):
+        raw = (type(algorithm), algorithm, async_op, type(timeout), timeout)
+        c = self._repeat("permute", x, out, raw, pairs)
+        if c is not None:  # (the same tuple of pairs: see _permute)
+            return self._go(c, x, out)
+        return self._permute(x, pairs, out, algorithm, async_op, raw, timeout=timeout)
+
+    @_collective("permute")
+    def _permute(self, x, pairs, out, algorithm, async_op, raw, timeout=None):
+        given = pairs
         x = V.array(x)
         pairs = V.pairs(pairs, self.size)
         out = V.out_array(out, x.shape, x.dtype)
+        # kept (and later matched by identity) only for a tuple of tuples of the
+        # integers just validated, which no program can change in place; a list of
+        # pairs can be, and comparing one by value would take True for 1
+        keep = (raw, given) if type(given) is tuple and all(
+            type(q) is tuple for q in given) else None
         return self._run("permute", algorithm, int(x.size), x, out, x.shape, extra=pairs,
-                         async_op=async_op, timeout=timeout, dig=A.digest(pairs or [[-1, -1]]))
+                         async_op=async_op, timeout=timeout, dig=A.digest(pairs or [[-1, -1]]),
+                         keep=keep)
 
     def broadcast(self, x, root=0, out=None, algorithm=None, async_op=False, timeout=None):
         raw = (type(root), root, type(algorithm), algorithm, async_op, type(timeout),
@@ -832,7 +848,8 @@ class Communicator:
         root = V.rank(root, self.size, "root")
         out = V.out_array(out, x.shape, x.dtype)
         return self._run("broadcast", algorithm, int(x.size), x, out, x.shape, extra=root,
-                         async_op=async_op, timeout=timeout, dig=A.digest(x.shape), keep=raw)
+                         async_op=async_op, timeout=timeout, dig=A.digest(x.shape),
+                         keep=(raw, None))
 
     @_collective("barrier")
     def barrier(self, timeout=None) -> None:
@@ -936,7 +953,7 @@ class Communicator:
 
     # --- point to point ---------------------------------------------------------------
     def _p2p_deadline(self, timeout):
-        seconds = _timeout_seconds(timeout)
+        seconds = _per_call(timeout)[1]  # (the environment's parse kept per raw value)
         return seconds, (None if seconds is None else time.monotonic() + seconds)
 
     def _p2p_xid(self, sender: int, n: int) -> int:
@@ -1108,12 +1125,15 @@ class Communicator:
         if kept is None:
             plan = sendrecv_plan(eng, None if x is None else self._ranks[dst], sxid, nsend,
                                  self._ranks[src], rxid, out.nbytes)
-            sc = None if plan.native is None else Scratch(plan.native.max_flags, 0, np.uint8)
+            sc = head = None
+            if plan.native is not None:
+                sc = Scratch(plan.native.max_flags, 0, np.uint8)
+                head = native_head(eng.shm, plan.native, sc.xs, sc.flags)
             if len(self._plans) > 64:
                 self._plans.clear()
-            self._plans[key] = plan, sc
+            self._plans[key] = plan, sc, head
         else:
-            plan, sc = kept
+            plan, sc, head = kept
             retag_sendrecv(plan, sxid, rxid)
         if plan.native is None:
             return False
@@ -1132,12 +1152,21 @@ class Communicator:
         xs, flags, pend = sc.zeroed()
         xs[5] = 1
         args = native_args(eng.shm, plan.native, xs, flags, payload, staging, sc.tmp8, self._id,
-                           0, 0, NO_BOARD, pend)
+                           0, 0, NO_BOARD, pend, head)
         status = eng.run_alone(args, deadline)
         if status == native.DONE:
             self._p2p_recv[src] = nr + 1
             self._received(src, out.nbytes, out, flat, staging)
             return True
+        return self._p2p_finish(x, dst, out, src, flat, staging, seconds, deadline, plan,
+                                payload, args, status, ns, nr)
+
+    def _p2p_finish(self, x, dst, out, src, flat, staging, seconds, deadline, plan, payload,
+                    args, status, ns, nr) -> bool:
+        """_p2p_compiled's path when its lone run did not end done (or could not run):
+        an Execution driven to the end. Apart so that a call done alone builds none of
+        its closure's cells."""
+        eng = self._engine
         op = "recv" if x is None else "sendrecv"
         ex = SendRecvExecution(eng, plan, make_buffers(payload, staging, 0, np.uint8),
                                self._id, op)

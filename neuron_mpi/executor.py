@@ -360,8 +360,15 @@ def retag_sendrecv(plan: Plan, sxid: int, rxid: int) -> None:
         r.xid = rxid
     np_ = plan.native
     if np_ is not None:
-        np_.sends[:, 5] = sxid
-        np_.keys[:] = (rxid << native.KEY_SHIFT) | np.arange(len(st.recvs))
+        sends, keys = np_.sends, np_.keys
+        if len(sends) + len(keys) <= 4:  # (a small message's one or two pieces: item
+            for i in range(len(sends)):  # by item costs less than numpy's slicing)
+                sends[i, 5] = sxid
+            for i in range(len(keys)):
+                keys[i] = (rxid << native.KEY_SHIFT) | i
+        else:
+            sends[:, 5] = sxid
+            keys[:] = (rxid << native.KEY_SHIFT) | np.arange(len(keys))
 
 
 class Scratch:

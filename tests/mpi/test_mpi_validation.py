@@ -279,6 +279,10 @@ def _repeated(comm, op):
     elif op == "reduce_scatter":
         out = np.empty((2, 3), x.dtype)
         want = total[2 * me:2 * me + 2]
+    elif op == "permute":
+        pairs = tuple((i, (i + 1) % n) for i in range(n))  # (a tuple of tuples: kept)
+        out, want = np.empty_like(x), t[(me - 1) % n].reshape(2 * n, 3)
+        return x, out, (lambda **kw: comm.permute(x, pairs, out=out, **kw)), want
     elif op == "broadcast":
         out, want = np.empty_like(x), t[n - 1].reshape(2 * n, 3)
         return x, out, (lambda **kw: comm.broadcast(x, n - 1, out=out, **kw)), want
@@ -289,7 +293,7 @@ def _repeated(comm, op):
 
 
 @pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-                                "broadcast"])
+                                "broadcast", "permute"])
 def test_a_repeated_call_is_validated_again_when_anything_changed(comm, settled, op,
                                                                   monkeypatch):
     """A call repeating the previous one on the same arrays skips its validation
@@ -353,3 +357,20 @@ def test_a_repeated_call_on_a_failed_communicator_is_refused(comm):
     sub._failed = nm.CollectiveTimeoutError("an earlier call timed out")  # (as _fail sets)
     with pytest.raises(nm.CommunicatorFailedError, match="an earlier call timed out"):
         sub.all_reduce(x)
+
+
+def test_a_permute_with_a_list_of_pairs_is_validated_at_every_call(comm, settled):
+    """Pairs given as a list can change in place between calls: such a permute is
+    never kept, and a pair made bad since is refused on every rank."""
+    n, me = comm.size, comm.rank
+    x = table(15, n, 6, DTYPES["fp32"])[me]
+    pairs = [(i, (i + 1) % n) for i in range(n)]
+    for _ in range(3):
+        comm.permute(x, pairs)
+    kept = comm._kept.get("permute")
+    assert kept is None or kept.x() is not x
+    pairs[0] = (0, n)
+    ledger = settled_bytes(comm, barrier=False)
+    with pytest.raises(nm.InvalidArgumentError, match="pairs"):
+        comm.permute(x, pairs)
+    assert settled_bytes(comm, barrier=False) == ledger, "data moved before the error"

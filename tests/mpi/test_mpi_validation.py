@@ -312,8 +312,10 @@ def test_a_repeated_call_is_validated_again_when_anything_changed(comm, settled,
     assert kept is not None and kept.x() is x and kept.out() is out, "the call was not kept"
     before = x.copy()
 
-    def refused(match, **kw):
-        ledger = settled_bytes(comm, barrier=False)
+    def refused(match, setting=None, **kw):
+        ledger = settled_bytes(comm)  # (a barrier: the calls before have moved their data)
+        if setting is not None:  # (set after the barrier, which reads it too)
+            monkeypatch.setenv(*setting)
         with pytest.raises(nm.InvalidArgumentError, match=match):
             call(**kw)
         assert settled_bytes(comm, barrier=False) == ledger, "data moved before the error"
@@ -335,8 +337,7 @@ def test_a_repeated_call_is_validated_again_when_anything_changed(comm, settled,
     refused("algorithm", algorithm=np.array(["ring", "mesh"]))
     if op in ("all_reduce", "reduce_scatter"):
         refused("op", op=np.array(["sum", "max"]))
-    monkeypatch.setenv("NEURON_MPI_TIMEOUT", "soon")
-    refused("NEURON_MPI_TIMEOUT")
+    refused("NEURON_MPI_TIMEOUT", setting=("NEURON_MPI_TIMEOUT", "soon"))
     monkeypatch.delenv("NEURON_MPI_TIMEOUT")
     out[...] = 0
     assert call(timeout=30.0) is out and call(timeout=30.0) is out
@@ -370,7 +371,7 @@ def test_a_permute_with_a_list_of_pairs_is_validated_at_every_call(comm, settled
     kept = comm._kept.get("permute")
     assert kept is None or kept.x() is not x
     pairs[0] = (0, n)
-    ledger = settled_bytes(comm, barrier=False)
+    ledger = settled_bytes(comm)
     with pytest.raises(nm.InvalidArgumentError, match="pairs"):
         comm.permute(x, pairs)
     assert settled_bytes(comm, barrier=False) == ledger, "data moved before the error"

@@ -195,20 +195,24 @@ class _Call:
         self.async_op, self.timeout, self.seconds, self.checking = (async_op, timeout,
                                                                      seconds, checking)
         self.rows, self.share = rows, share
-        self.alone = False  # kept, and its arrays are fit for _run_alone as they are
+        self.alone = 0  # kept: _fit_alone of its arrays (they cannot change meanwhile)
 
 
-def _fit_alone(x, out) -> bool:
+def _fit_alone(x, out) -> int:
     """Whether arrays ``x`` and ``out`` (None: a new result) can be the compiled run's
-    buffers as they are: plain ndarrays, C-contiguous, ``x`` writable (the run's
-    buffers are typed so), not overlapping."""
+    buffers: plain ndarrays, C-contiguous, ``x`` writable (the run's buffers are
+    typed so). 1: as they are; 2: with ``x`` copied first, as it overlaps ``out``
+    (in place, as the general path does too); 0: not."""
     if type(x) is not np.ndarray:
-        return False
+        return 0
     f = x.flags
     if not (f.c_contiguous and f.writeable):
-        return False
-    return out is None or type(out) is np.ndarray and out.flags.c_contiguous and not (
-        x.size and out.size and np.may_share_memory(x, out))
+        return 0
+    if out is None:
+        return 1
+    if type(out) is not np.ndarray or not out.flags.c_contiguous:
+        return 0
+    return 2 if x.size and out.size and np.may_share_memory(x, out) else 1
 
 
 def _meta(a: np.ndarray) -> tuple:
@@ -499,8 +503,11 @@ class Communicator:
             if ran is not None and ran[0]:
                 FlightRecorder.finish(entry)
                 return ran[1]
-        return self._run_general(sh, op, x, out, out_shape, c.reduce_op, async_op, c.timeout,
-                                 seconds, deadline, seq, entry, tr, call, fp, ran, rows, share)
+        # (after a lone run, the input it read: a copy of an input overlapping out, which
+        # the run may have written to since)
+        return self._run_general(sh, op, x if ran is None else ran[3], out, out_shape,
+                                 c.reduce_op, async_op, c.timeout, seconds, deadline, seq,
+                                 entry, tr, call, fp, ran, rows, share)
 
     def _run_general(self, sh, op, x, out, out_shape, reduce_op, async_op, timeout, seconds,
                      deadline, seq, entry, tr, call, fp, ran, rows, share):
@@ -583,19 +590,22 @@ class Communicator:
             return Handle(self, ex, wait)
         return wait()
 
-    def _run_alone(self, sh, x, out, out_shape, seq, deadline, fp, fit=False):
+    def _run_alone(self, sh, x, out, out_shape, seq, deadline, fp, fit=0):
         """A blocking call with nothing else of this rank in flight, on a compiled
         plan: the agreement and the whole schedule as one compiled run on this
         thread, building no Execution or BoardAgreement (for a small call those and
         the general path cost more than its data). Returns None when the call does
-        not qualify (nothing done: the general path runs it), else (done, result,
-        run): done, or the run's arguments (with its state) and the status it ended
+        not qualify (nothing done: the general path runs it), else (done, result, run,
+        input): done, or the run's arguments (with its state) and the status it ended
         with, which the general path adopts and finishes (a timeout, a mismatch, a
-        piece of the wrong size, a failed read, a channel to copy aside). ``fp``: the
-        call's fingerprint, None when nobody agrees. ``fit``: _fit_alone(x, out) is
-        known to hold."""
-        if not (fit or _fit_alone(x, out)):
+        piece of the wrong size, a failed read, a channel to copy aside), and the
+        input array the run read. ``fp``: the call's fingerprint, None when nobody
+        agrees. ``fit``: _fit_alone(x, out), when known."""
+        fit = fit or _fit_alone(x, out)
+        if not fit:
             return None
+        if fit == 2:  # in place: the run reads a copy of the input
+            x = x.copy()
         eng, ctl = self._engine, self._control
         sc = sh.scratch
         if fp is not None:
@@ -618,8 +628,8 @@ class Communicator:
         if status == native.DONE:
             if fp is not None:
                 ctl.turn_over(parity)
-            return True, result, None
-        return False, result, (args, status)
+            return True, result, None, x
+        return False, result, (args, status), x
 
     def _counts_mismatch(self, op, seq, rows, deadline, seconds, entry):
         """An all-to-all-v whose compiled agreement found a mismatch: every member has

@@ -122,8 +122,9 @@ def test_async_calls_of_one_shape_reuse_a_spare_scratch(comm):
 def test_a_lone_blocking_call_builds_no_execution(comm, monkeypatch):
     """On shared memory a blocking call with nothing else of the rank in flight is
     one compiled run on the calling thread (Communicator._run_alone), with no
-    Execution built, avg too (its divide is a compiled locals step); an async call
-    takes the general path. Every result is the same."""
+    Execution built, avg and in-place calls too (its divide is a compiled locals
+    step; an input overlapping out is read from a copy); an async call takes the
+    general path. Every result is the same."""
     from neuron_mpi import executor
 
     made = []
@@ -144,6 +145,11 @@ def test_a_lone_blocking_call_builds_no_execution(comm, monkeypatch):
     assert made == ([] if alone else ["all_reduce"])
     made.clear()
     assert np.allclose(comm.all_reduce(x, op="avg"), want / n, rtol=1e-6)
+    assert made == ([] if alone else ["all_reduce"])
+    made.clear()
+    y = x.copy()  # in place: the lone run reads a copy of the input
+    assert comm.all_reduce(y, out=y) is y
+    assert_same(y, want, "all_reduce in place")
     assert made == ([] if alone else ["all_reduce"])
     made.clear()
     h = comm.all_reduce(x, async_op=True)

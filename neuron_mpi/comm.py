@@ -176,6 +176,9 @@ class _Shape:
             self.spares.append(scratch)
 
 
+KEPT, SEEN = 16, 64  # calls kept to repeat, input arrays remembered (Communicator._keep)
+
+
 class _Call:
     """A collective call's arguments as validated and worked out (``_Shape``, the
     deadline's seconds, whether to agree, ...): what ``Communicator._go`` runs. Kept
@@ -245,8 +248,9 @@ class Communicator:
         self._p2p_recv: dict[int, int] = {}
         self._plans: dict = {}
         self._shapes: dict = {}  # call shape -> _Shape
-        self._kept: dict = {}  # operation -> its _Call kept to repeat
-        self._seen: dict = {}  # operation -> id() of the last call's input array
+        self._kept: dict = {}  # (operation, id(x)) -> its _Call kept to repeat
+        self._seen: dict = {}  # (operation, id(x)) -> a weak reference to that array, for
+        # the input arrays of recent calls
         self._squares: dict = {}  # all_to_all block size -> its count matrix
         self._vmatrices: dict = {}  # all_to_all_v (send, recv counts, row elems) ->
         # (matrix, count rows, pair share)
@@ -417,22 +421,34 @@ class Communicator:
         return self._go(c, x, out)
 
     def _keep(self, c, raw, extra, ekey, x, out) -> None:
-        """Keep call ``c`` for its operation when its input is the array of the
-        operation's previous call (a loop reusing its buffers; a program passing new
-        arrays at every call pays no more than an id per call)."""
-        name = c.op
-        if self._seen.get(name) != id(x):
-            self._seen[name] = id(x)
-            return
+        """Keep call ``c`` for its operation and input array when that array was the
+        input of a recent call of the operation (a loop reusing its buffers, several
+        of them in turn as a step's gradient buckets are; a program passing new
+        arrays at every call pays a weak reference and a dictionary entry, both gone
+        with the array). At most KEPT calls and SEEN arrays are remembered; past that
+        each starts over."""
         if type(x) is not np.ndarray or out is not None and type(out) is not np.ndarray:
             return
+        key = (c.op, id(x))
+        seen = self._seen
+        was = seen.get(key)
+        if was is None or was() is not x:
+            if len(seen) >= SEEN:
+                seen.clear()
+            # (the entry goes when the array does: a program slicing new views at
+            # every call leaves none behind, and no new array finds a dead one's id)
+            seen[key] = weakref.ref(x, functools.partial(seen.pop, key))
+            return
+        kept = self._kept
         c.raw, c.extra, c.env = raw, extra, ekey
-        c.x, c.xmeta = weakref.ref(x), _meta(x)
+        c.x, c.xmeta = weakref.ref(x, functools.partial(kept.pop, key)), _meta(x)
         c.out, c.ometa = (None, None) if out is None else (weakref.ref(out), _meta(out))
         # (what _fit_alone looked at does not change while the metas match: the same
         # objects, whose data cannot move into one another)
         c.alone = not c.async_op and c.rows is None and _fit_alone(x, out)
-        self._kept[name] = c
+        if len(kept) >= KEPT:
+            kept.clear()
+        kept[key] = c
 
     def _repeat(self, name, x, out, raw, extra=None):
         """The kept call of operation ``name`` when this call repeats it: the same
@@ -444,7 +460,7 @@ class Communicator:
         environment, no tracing. Else None:
         the call is validated and worked out as a new one (also on a failed
         communicator, which the decorated path refuses)."""
-        c = self._kept.get(name)
+        c = self._kept.get((name, id(x)))
         if c is None or c.raw != raw or c.x() is not x or c.extra is not extra or \
                 _tracing.ACTIVE is not None or self._failed is not None:
             return None

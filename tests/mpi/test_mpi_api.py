@@ -187,6 +187,24 @@ def test_a_lone_blocking_call_builds_no_execution(comm, monkeypatch):
     assert made == expected("recv", ("p2p", None, -1, prv, got.nbytes)), made
 
 
+def test_calls_on_several_arrays_in_turn_are_each_kept(comm):
+    """A step's gradient buckets: all-reduces over three arrays in turn, again and
+    again. Each array's call is kept to repeat (Communicator._keep), not only the
+    last one's, and every result is exact."""
+    n, me = comm.size, comm.rank
+    xs = [np.full(5 + i, me + i, np.float32) for i in range(3)]
+    outs = [np.empty_like(x) for x in xs]
+    for _ in range(3):
+        for i, (x, o) in enumerate(zip(xs, outs)):
+            o[...] = -1
+            assert comm.all_reduce(x, out=o) is o
+            assert_same(o, np.full(x.size, n * (n - 1) // 2 + n * i, np.float32),
+                        f"bucket {i}")
+    for x, o in zip(xs, outs):
+        kept = comm._kept.get(("all_reduce", id(x)))
+        assert kept is not None and kept.x() is x and kept.out() is o
+
+
 def test_all_to_all_v_agrees_in_its_compiled_run(comm, monkeypatch):
     """Where a blocking call runs alone compiled, all-to-all-v's agreement, with the
     pairwise check of its counts (each rank's share past the fingerprint's fields on

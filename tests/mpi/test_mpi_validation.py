@@ -308,7 +308,7 @@ def test_a_repeated_call_is_validated_again_when_anything_changed(comm, settled,
     for _ in range(3):
         assert call(timeout=30.0) is out
         assert_same(out, want, op)
-    kept = comm._kept.get(op)
+    kept = comm._kept.get((op, id(x)))
     assert kept is not None and kept.x() is x and kept.out() is out, "the call was not kept"
     before = x.copy()
 
@@ -368,7 +368,7 @@ def test_a_permute_with_a_list_of_pairs_is_validated_at_every_call(comm, settled
     pairs = [(i, (i + 1) % n) for i in range(n)]
     for _ in range(3):
         comm.permute(x, pairs)
-    kept = comm._kept.get("permute")
+    kept = comm._kept.get(("permute", id(x)))
     assert kept is None or kept.x() is not x
     pairs[0] = (0, n)
     ledger = settled_bytes(comm)

@@ -979,7 +979,7 @@ class Communicator:
 
     # --- point to point ---------------------------------------------------------------
     def _p2p_deadline(self, timeout):
-        seconds = _per_call(timeout)[1]  # (the environment's parse kept per raw value)
+        seconds = _timeout_seconds(timeout)
         return seconds, (None if seconds is None else time.monotonic() + seconds)
 
     def _p2p_xid(self, sender: int, n: int) -> int:

@@ -19,7 +19,12 @@ turn) moved the timings by more than the overlap measured; ``--fresh-results``
 lets each call allocate its result as before. Each iteration's
 time is the slowest rank's; the ranks' times are combined after the loop, so no
 rank waits in an MPI call (which polls the CPU) while others are still timed.
-Results are checked. Rank 0 prints one line per size and a JSON record with
+Results are checked, after a barrier that ends the iteration's timing on every
+rank: a check is CPU work (a compare of the whole result), and a rank checking
+while another still sleeps out its T or waits takes the cores that the other's
+wake-up needs (with the check before the barrier, 8 ranks at 4 MiB overslept
+their T by up to 2.1 ms in the blocking baseline, and the async iterations lost
+as much). Rank 0 prints one line per size and a JSON record with
 --json FILE.
 
 ``--loop-iters K`` adds the step loop of a training program: K iterations back to
@@ -76,12 +81,14 @@ def measure(comm, nbytes: int, iters: int, fresh: bool = False, loop_iters: int 
         time.sleep(t)
         y = h.wait()
         walls.append(time.perf_counter() - t0)
+        comm.barrier()  # (no rank checks while another is still timed)
         wrong += int(not np.array_equal(y, want))
         comm.barrier()
         t0 = time.perf_counter()
         y = comm.all_reduce(x, out=o_block)
         time.sleep(t)
         serial.append(time.perf_counter() - t0)
+        comm.barrier()
         wrong += int(not np.array_equal(y, want))
     wall, ser = statistics.median(_slowest(walls)), statistics.median(_slowest(serial))
     row = {"bytes": x.nbytes, "ranks": n, "C_ms": c * 1e3, "T_ms": t * 1e3,

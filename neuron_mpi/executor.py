@@ -93,7 +93,7 @@ class NativePlan:
                     charges.extend(hop.charges)
                 sends.append((local[hop.to], s.dst, _BUF_ID[s.buf], s.off * itemsize,
                               s.count * itemsize, s.xid, s.piece, s.total, c_lo, len(charges),
-                              int(hop.to == s.dst and not s.reduce)))
+                              int(hop.to == s.dst)))
             rk = []
             for i, r in enumerate(st.recvs):
                 base = r.base

@@ -441,9 +441,11 @@ def test_wake_count_survives_the_doorbell_wrapping():
     assert plane._reached(5, 5) and plane._reached(6, 5) and not plane._reached(4, 5)
 
 
-def _one_transfer(n, direct=1, reduce=0, pull=1):
+def _one_transfer(n, direct=1, reduce=0, pull=1, base=-1):
     """Rank 0 sends n bytes of its input to rank 1's output in one round: the
-    arguments of each side's compiled pass over one segment (L = 2)."""
+    arguments of each side's compiled pass over one segment (L = 2). ``reduce``:
+    rank 1 adds them (float32 sum, code 0) into its output, or (``base`` = 0) writes
+    its input plus them there."""
     from neuron_mpi.transport.segment import Layout
 
     lay = Layout(2, 2, 2, 1024)
@@ -451,7 +453,7 @@ def _one_transfer(n, direct=1, reduce=0, pull=1):
     steps = np.array([[0, 0, 1]], np.int64)
     keys = np.zeros(1, np.int64)
     sends = np.array([[1, 1, 0, 0, n, 0, 0, n, 0, 0, direct]], np.int64)
-    recvs = np.array([[1, 0, n, 0, 0, reduce, n]], np.int64)
+    recvs = np.array([[1, 0, n, 0, 0, reduce, n, base, 0]], np.int64)
     no_sends = np.zeros((0, native.SEND_COLS), np.int64)
     no_recvs = np.zeros((0, native.RECV_COLS), np.int64)
     sides = []
@@ -461,6 +463,9 @@ def _one_transfer(n, direct=1, reduce=0, pull=1):
         g[native.G_PULL] = pull
         b0 = (np.arange(n) % 251).astype(np.uint8) if me == 0 else np.zeros(n, np.uint8)
         b1 = np.zeros(n, np.uint8)
+        if reduce:  # float32 operands: the sender's input, the receiver's input and output
+            b0 = (np.arange(n // 4, dtype=np.float32) * (1 if me == 0 else 3)).view(np.uint8)
+            b1 = np.full(n // 4, 0.5, np.float32).view(np.uint8)
         args = (seg, g, np.zeros(1, np.int64), steps, np.array(rounds, np.int64), s,
                 np.zeros(0, np.int64), r, keys, keys.copy(), np.zeros((0, 6), np.int64),
                 np.zeros(6, np.int64), np.zeros(2, np.uint8), b0, b1, np.zeros(8, np.uint8),
@@ -496,9 +501,9 @@ def test_small_reduced_or_forwarded_pieces_still_go_through_the_slot():
         assert np.array_equal(b[14], a[13])
 
 
-def test_the_plan_marks_only_copies_to_their_final_rank_as_readable():
-    """Send column 10: a piece reduced on arrival, or landing on a rank that
-    forwards it, is copied into the slot; a copy to its destination may be read."""
+def test_the_plan_marks_only_pieces_to_their_final_rank_as_readable():
+    """Send column 10: a piece landing on a rank that forwards it is copied into
+    the slot; one to its destination, copied or reduced there, may be read."""
     from types import SimpleNamespace
 
     from neuron_mpi.executor import NativePlan, RoundStep, Send
@@ -512,15 +517,26 @@ def test_the_plan_marks_only_copies_to_their_final_rank_as_readable():
     st = RoundStep([Send(0, 0, 1, "in", 0, 4, 4), Send(1, 0, 2, "in", 0, 4, 4, True),
                     Send(2, 0, 3, "in", 0, 4, 4)], [])
     plan = NativePlan([("round", st)], 4, "float32", Hops(), {0: 0, 1: 1, 2: 2, 3: 3})
-    assert plan.sends[:, 10].tolist() == [1, 0, 0]
+    assert plan.sends[:, 10].tolist() == [1, 1, 0]
     assert plan.sends[:, 0].tolist() == [1, 2, 2]
 
 
-def test_a_readable_piece_for_a_reduction_is_refused():
-    _, _, (a, b) = _one_transfer(700, reduce=1)
-    native.exec_pass(*a)
-    assert native.exec_pass(*b)[0] == native.FAULT
-    assert b[11][4] == 22  # EINVAL: the plans disagree
+@pytest.mark.parametrize("base", [-1, 0])
+@pytest.mark.parametrize("n", [700, 3 * 65536 + 1000])
+def test_a_reduced_piece_is_read_from_the_senders_buffer(n, base):
+    """A piece reduced on arrival is read too (block by block: one block, and
+    several with a partial last one): the sender's slot holds only a header, the
+    receiver adds the sender's bytes to its output (``base``: writes its input plus
+    them), frees the slot, and the sender's round ends."""
+    lay, seg, (a, b) = _one_transfer(n, reduce=1, base=base)
+    assert native.exec_pass(*a) == (native.BLOCKED, True)
+    assert not _slot_bytes(lay, seg, lay.L * lay.L * lay.K * lay.S).any()
+    sent = a[13].view(np.float32).copy()
+    first = (b[13] if base == 0 else b[14]).view(np.float32).copy()
+    assert native.exec_pass(*b)[0] == native.DONE
+    assert np.array_equal(b[14].view(np.float32), first + sent)
+    assert np.array_equal(a[13].view(np.float32), sent)  # the sender's input unchanged
+    assert native.exec_pass(*a)[0] == native.DONE
 
 
 def test_a_failed_sender_takes_its_unread_pieces_back():
@@ -533,10 +549,11 @@ def test_a_failed_sender_takes_its_unread_pieces_back():
     assert not b[14].any()
 
 
-def test_a_read_that_fails_is_reported_with_its_errno():
+@pytest.mark.parametrize("reduce", [0, 1])
+def test_a_read_that_fails_is_reported_with_its_errno(reduce):
     import errno
 
-    _, _, (a, b) = _one_transfer(700)
+    _, _, (a, b) = _one_transfer(700, reduce=reduce)
     a[1][native.G_PID] = 2 ** 22 + 12345  # above pid_max: no such process
     native.exec_pass(*a)
     assert native.exec_pass(*b)[0] == native.FAULT

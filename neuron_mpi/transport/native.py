@@ -28,7 +28,7 @@ H_ADDR, H_PID = 8, 9
 KEY_SHIFT = 20  # a piece's lookup key: xid << 20 | piece
 # dst local, dst world, buf, byte offset, bytes, xid, piece, total, charges lo, hi, and
 # whether the receiver may read the piece from the sender's buffer (its final
-# destination in this domain, delivered by copy)
+# destination in this domain: it copies or reduces the piece from there)
 SEND_COLS = 11
 # buf, byte offset, bytes, xid, piece, reduce, the transfer's bytes, and for a reduced
 # piece that stands in for a leading copy the buffer (else -1) and byte offset of the

@@ -311,6 +311,40 @@ def read_slot(seg, g, slot, dst, off, n):
     return err
 
 
+PULL_BLOCK = 65536  # bytes: a block of a reduced piece read from its sender, then reduced
+
+
+@njit(**PLANE_OPTIONS)
+def read_slot_reduce(seg, g, slot, code, dst, off, base, boff, n):
+    """A reduced piece left in its sender's memory, reduced into dst[off:off + n]
+    (``base`` not None: dst = base[boff:boff + n] op piece, executor.Recv.base) and
+    its slot freed: read block by block into this thread's stack, each block
+    reduced while it is in cache (one copy of the piece out of DRAM, where through a
+    slot it is written there and read back). Returns as read_slot; a failed read
+    leaves dst part reduced (the call fails: dst is never the caller's input)."""
+    hdr = _hdr(seg, g)
+    state = _state(seg, g)
+    h = slot * HDR_WORDS
+    v = _load(state, slot)
+    if v <= 0 or _cmpxchg(state, slot, v, -v) != v:
+        return -1
+    tmp = _stack_i64(8192).view(np.uint8)  # PULL_BLOCK bytes
+    pid, addr = hdr[h + H_PID], hdr[h + H_ADDR]
+    err = 0
+    i = 0
+    while i < n:
+        m = min(PULL_BLOCK, n - i)
+        err = read_remote(pid, tmp, 0, addr + i, m)
+        if err != 0:
+            break
+        if base is not None:
+            copy_bytes(dst, off + i, base, boff + i, m)
+        reduce_bytes(code, dst[off + i:off + i + m], tmp[:m])
+        i += m
+    release(seg, g, slot)
+    return err
+
+
 @njit(**PLANE_OPTIONS)
 def find(seg, g, comm, seq, xid, piece):
     """The incoming slot holding piece (comm, seq, xid, piece) for this rank, or -1."""
@@ -483,9 +517,9 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
     xs[2]'s piece from its sender failed, errno xs[4]).
 
     A piece of at least g[G_PULL] bytes (0: never) whose receiver is its final
-    destination and copies it is not copied into the slot: the receiver reads it
-    from this rank's buffer (one copy instead of two), and the send is done when it
-    has (flags 2 until then)."""
+    destination is not copied into the slot: the receiver reads it from this rank's
+    buffer (one copy instead of two; a reduced piece block by block, each reduced
+    while in cache), and the send is done when it has (flags 2 until then)."""
     moved = False
     if xs[3] != 0:
         a = _agreement(seg, g, xs, counter, table, member, size, fp, target, bells)
@@ -584,11 +618,14 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
                 dst = _buf(recvs[row, 0], b0, b1, b2)
                 off = recvs[row, 1]
                 if hdr[h + H_ADDR] != 0:  # still in the sender's buffer: read it
-                    if recvs[row, 5]:  # never published so: the plans disagree
-                        release(seg, g, slot)
-                        err = 22  # EINVAL
-                    else:
+                    if recvs[row, 5] == 0:
                         err = read_slot(seg, g, slot, dst, off, n)  # (frees the slot)
+                    elif recvs[row, 7] >= 0:
+                        err = read_slot_reduce(seg, g, slot, code, dst, off,
+                                               _buf(recvs[row, 7], b0, b1, b2),
+                                               recvs[row, 8], n)
+                    else:
+                        err = read_slot_reduce(seg, g, slot, code, dst, off, None, 0, n)
                     if err < 0:
                         continue  # taken back by its sender (failed)
                     if err != 0:

@@ -642,6 +642,12 @@ class Execution:
                 continue  # to copy aside (exec_run): exec_pass goes on from there
             if self._native_status(status):
                 return True
+            if status == native.SIZE:
+                # a receive of another size, given up (SendRecvExecution; the others
+                # raise): pass again at once, to post the sends and drop the pieces
+                # that the pass stopped short of. Left to the next ring, both ends of
+                # a pair that each got the wrong size slept on rings already spent
+                continue
             if status == native.BLOCKED and self.engine.inbox and not self.agreeing:
                 if self._take_from_inbox():
                     continue  # the round may finish now, and the next one's be there too

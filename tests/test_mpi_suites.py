@@ -80,6 +80,13 @@ CONFIGS = [
     # buffers in pieces of 16 KiB, larger than a slot; reduced ones go in 4 KiB pieces)
     Config("trn2-8-transport-mpi", 8, {"NEURON_MPI_TRANSPORT": "mpi",
                                        "NEURON_MPI_TEST_LEVEL": "reduced"}),
+    # one domain of 8 with small slots and read pieces: a message of many pieces fills
+    # a channel, as the point-to-point tests of the wrong size need to find lost rings
+    Config("trn2-8-small-slots", 8, {"NEURON_MPI_SHM_SLOT_KIB": "4",
+                                     "NEURON_MPI_SHM_READ_KIB": "2",
+                                     "NEURON_MPI_SHM_READ_PIECE_KIB": "16",
+                                     "NEURON_MPI_TEST_LEVEL": "reduced"},
+           files=("test_mpi_collectives.py",)),
     Config("trn1.32xlarge-2nodes-64-shm-per-node", 64,
            {"NEURON_MPI_INSTANCE": "trn1.32xlarge", "NEURON_MPI_NODES": "2",
             "NEURON_MPI_SHM": "node", "NEURON_MPI_SHM_SLOT_KIB": "4",

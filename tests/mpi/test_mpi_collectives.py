@@ -441,6 +441,32 @@ def test_sendrecv_of_the_wrong_size_names_out_and_keeps_the_communicator(comm):
     assert_same(got, np.full(4, n * (n + 1) // 2, np.float32), "the communicator still works")
 
 
+def test_a_pair_that_each_get_the_wrong_size_goes_on_every_time(comm):
+    """Both ends of a pair send a message of more pieces than a channel has landing
+    slots, and each receives the other's into an out of another size, many times
+    over: each drops the other's pieces while its own wait to be read, raises naming
+    out, and the next message arrives. (A size found in the middle of a pass once
+    left both ends asleep on rings that pass had already spent, until the deadline:
+    with 4 KiB slots at 8 ranks, within 15 rounds of the loop.)"""
+    from neuron_mpi import env
+    from neuron_mpi.errors import InvalidArgumentError
+
+    n, me = comm.size, comm.rank
+    peer = me ^ 1
+    if peer < n:
+        per = comm._engine.piece_for(comm.world_rank, comm._ranks[peer])
+        count = min((env.shm_slots() + 4) * per, 1 << 20) // 4
+        for i in range(40 if n <= 8 else 10):
+            with pytest.raises(InvalidArgumentError, match=f"out: rank {peer} sent {count * 4} "):
+                comm.sendrecv(np.full(count, i, np.float32), peer,
+                              np.empty(count + 8, np.float32), peer)
+            assert_same(comm.sendrecv(np.full(4, me + i, np.int32), peer,
+                                      np.empty(4, np.int32), peer),
+                        np.full(4, peer + i, np.int32), "the next message")
+    got = comm.all_reduce(np.full(4, me + 1, np.float32))
+    assert_same(got, np.full(4, n * (n + 1) // 2, np.float32), "the communicator still works")
+
+
 def test_recv_of_the_wrong_size_names_out_and_the_next_message_arrives(comm):
     """recv into an out of another size than the message (one piece, and several):
     InvalidArgumentError naming out, the message is consumed, the next one is

@@ -294,6 +294,14 @@ def release(seg, g, slot):
         ring_piece(seg, g, src)
 
 
+@njit(inline="always", **PLANE_OPTIONS)
+def _start_read(state, slot):
+    """Mark the read of the piece in ``slot`` under way (its generation negated);
+    False when its sender took it back (nothing to read)."""
+    v = _load(state, slot)
+    return v > 0 and _cmpxchg(state, slot, v, -v) == v
+
+
 @njit(**PLANE_OPTIONS)
 def read_slot(seg, g, slot, dst, off, n):
     """The payload of a piece left in its sender's memory, read into dst[off:off +
@@ -301,10 +309,8 @@ def read_slot(seg, g, slot, dst, off, n):
     read, nothing freed) or the errno. A read under way shows as the negated
     generation, so the sender's take_back waits for it."""
     hdr = _hdr(seg, g)
-    state = _state(seg, g)
     h = slot * HDR_WORDS
-    v = _load(state, slot)
-    if v <= 0 or _cmpxchg(state, slot, v, -v) != v:
+    if not _start_read(_state(seg, g), slot):
         return -1
     err = read_remote(hdr[h + H_PID], dst, off, hdr[h + H_ADDR], n)
     release(seg, g, slot)
@@ -323,10 +329,8 @@ def read_slot_reduce(seg, g, slot, code, dst, off, base, boff, n):
     slot it is written there and read back). Returns as read_slot; a failed read
     leaves dst part reduced (the call fails: dst is never the caller's input)."""
     hdr = _hdr(seg, g)
-    state = _state(seg, g)
     h = slot * HDR_WORDS
-    v = _load(state, slot)
-    if v <= 0 or _cmpxchg(state, slot, v, -v) != v:
+    if not _start_read(_state(seg, g), slot):
         return -1
     tmp = _stack_i64(8192).view(np.uint8)  # PULL_BLOCK bytes
     pid, addr = hdr[h + H_PID], hdr[h + H_ADDR]

@@ -342,8 +342,9 @@ def read_slot_reduce(seg, g, slot, code, dst, off, base, boff, n):
         if err != 0:
             break
         if base is not None:
-            copy_bytes(dst, off + i, base, boff + i, m)
-        reduce_bytes(code, dst[off + i:off + i + m], tmp[:m])
+            _reduce_onto(code, dst, off + i, base, boff + i, tmp, 0, m)
+        else:
+            reduce_bytes(code, dst[off + i:off + i + m], tmp[:m])
         i += m
     release(seg, g, slot)
     return err

@@ -493,12 +493,17 @@ def test_a_large_copied_piece_is_read_from_the_senders_buffer():
 
 
 def test_small_reduced_or_forwarded_pieces_still_go_through_the_slot():
-    for kw in ({"pull": 701}, {"pull": 0}, {"direct": 0}):
+    for kw in ({"pull": 701}, {"pull": 0}, {"direct": 0}, {"pull": 701, "reduce": 1},
+               {"pull": 0, "reduce": 1}):
         lay, seg, (a, b) = _one_transfer(700, **kw)
+        first = b[14].view(np.float32).copy()
         assert native.exec_pass(*a)[0] == native.DONE, kw  # copied out: done at once
         assert _slot_bytes(lay, seg, lay.L * lay.L * lay.K * lay.S).any(), kw
         assert native.exec_pass(*b)[0] == native.DONE
-        assert np.array_equal(b[14], a[13])
+        if kw.get("reduce"):
+            assert np.array_equal(b[14].view(np.float32), first + a[13].view(np.float32)), kw
+        else:
+            assert np.array_equal(b[14], a[13])
 
 
 def test_the_plan_marks_only_pieces_to_their_final_rank_as_readable():

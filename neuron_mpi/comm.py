@@ -298,6 +298,7 @@ class Communicator:
         self._failed = err
         if ex is not None:
             self._engine.cancel(ex, err)
+        self._engine.forget(self._id)
         if entry is not None:
             FlightRecorder.fail(entry, err, getattr(err, "waiting_for", None))
         self._recorder.dump(f"{type(err).__name__}: {err}")
@@ -579,10 +580,11 @@ class Communicator:
                     # nothing to drive, and no claim of the engine from the agent)
                     eng.drive(lambda: ex.done, deadline, on_timeout,
                               start=None if async_op else ex, lone=ex)
-            except NeuronMPIError as e:
+            except Exception as e:  # a timeout, a failed read: the call failed midway
                 if call is not None:
                     tr.call_end(call, e)
-                if agreement is not None and not agreement.finished or ex.agreeing:
+                if isinstance(e, NeuronMPIError) and (
+                        agreement is not None and not agreement.finished or ex.agreeing):
                     eng.cancel(ex, e)
                     self._agreement_failed(e, entry)
                 self._fail(e, entry, ex)

@@ -148,6 +148,7 @@ class Engine:
             self.bell = _private_bell()
             agent_bell = _private_bell()
         self.inbox: dict[tuple, Arrival] = {}
+        self._dead: set[int] = set()  # failed communicators (forget())
         self.outq: list[Pending] = []
         self.active: list = []  # executions in flight
         self.lock = threading.Lock()
@@ -270,12 +271,16 @@ class Engine:
         return did
 
     def _file(self, arrivals) -> None:
-        me = self.rank
+        me, dead = self.rank, self._dead
         for a in arrivals:
-            if a.dst == me:
+            if a.key[0] in dead:  # for a failed communicator: nobody will take it
+                a.release()
+            elif a.dst == me:
                 self.inbox[a.key] = a
-            else:
+            elif a.error is None:
                 self._forward(a)
+            # (a piece on its way elsewhere whose read failed is lost: its receiver's
+            # deadline finds it, as it finds a dead sender)
 
     def _forward(self, a: Arrival) -> None:
         header = (a.key[0], a.key[1], a.key[2], a.key[3], a.data.nbytes, a.total,
@@ -291,11 +296,25 @@ class Engine:
             self.outq.append(p)
 
     def take(self, key) -> Arrival | None:
-        """The piece with this key, if it has arrived (call with the lock held)."""
+        """The piece with this key, if it has arrived (call with the lock held).
+        Raises RuntimeError when it arrived but its payload could not be read
+        (Arrival.error)."""
         a = self.inbox.pop(key, None)
-        if a is None and self.shm is not None:
-            a = self.shm.take(key)
+        if a is None:
+            if self.shm is not None:
+                a = self.shm.take(key)
+        elif a.error is not None:
+            raise RuntimeError(a.error)
         return a
+
+    def forget(self, comm_id: int) -> None:
+        """A communicator failed on this rank (it is never used again): drop the
+        pieces for it that wait in the inbox, and those filed later, so that they
+        neither stay for ever nor keep blocking calls off their compiled run."""
+        with self.held():
+            self._dead.add(comm_id)
+            for key in [k for k in self.inbox if k[0] == comm_id]:
+                self.inbox.pop(key).release()
 
     def has(self, key) -> bool:
         if key in self.inbox:

@@ -673,6 +673,9 @@ class Execution:
                 a = inbox.get(key)
                 if a is None:
                     continue
+                if a.error is not None:
+                    del inbox[key]
+                    raise RuntimeError(f"{self.op}: {a.error}")
                 if a.total != r.total:  # as the pass checks a slot's header
                     xs[2], xs[4] = r_lo + i, a.total
                     self._native_status(native.SIZE)

@@ -15,7 +15,7 @@ from neuron_mpi.kernels import DTYPES, REDUCE_OPS, divide_into, reduce_into
 from neuron_mpi.kernels.bytes import CODES, divide_bytes, reduce_bytes
 from neuron_mpi.router import NextHops
 from neuron_mpi.topology import Topology
-from neuron_mpi.transport import futex, native, plane
+from neuron_mpi.transport import futex, native, plane, private_arrival
 from neuron_mpi.transport.segment import SHM_DIR, Segment
 from neuron_mpi.transport.shm import ShmTransport
 
@@ -122,6 +122,35 @@ def test_unblock_copies_aside_pieces_nobody_takes(pair):
     assert all(not x.in_transport for x in aside)
     assert [int(x.data[0]) for x in sorted(aside, key=lambda x: x.key)] == [1, 2]
     assert a.post(1, head((1, 9, 0, 2), 8), np.zeros(8, np.uint8))  # room again
+
+
+def test_a_piece_copied_aside_whose_read_fails_is_filed_with_its_error(pair):
+    """unblock (the agent's copy-aside) does not raise when the read of a piece
+    left in its sender's buffer fails: the slot is freed (the sender has room), the
+    piece comes back with its error and no bytes, and Engine.take raises that error
+    for the call that takes it; Engine._file drops pieces of failed communicators."""
+    from types import SimpleNamespace
+
+    from neuron_mpi.engine import Engine
+
+    _, a, b = pair
+    a.enable_reads(1)
+    a.g[native.G_PID] = 2 ** 22 + 12345  # above pid_max: no such process
+    for p in range(2):
+        assert a.post(1, head((4, 2, 0, p), 200), np.full(200, p, np.uint8))
+    assert not a.post(1, head((4, 2, 0, 2), 200), np.zeros(200, np.uint8))
+    aside: list = []
+    b.unblock(aside)
+    assert sorted(x.key for x in aside) == [(4, 2, 0, 0), (4, 2, 0, 1)]
+    assert all(x.error is not None and "errno 3" in x.error and x.data.nbytes == 0
+               for x in aside)
+    assert a.post(1, head((4, 2, 0, 2), 200), np.zeros(200, np.uint8))  # room again
+    eng = SimpleNamespace(rank=1, inbox={}, _dead={9}, shm=None)
+    Engine._file(eng, aside + [private_arrival(head((9, 1, 0, 0), 8), np.zeros(8, np.uint8))])
+    assert sorted(eng.inbox) == [(4, 2, 0, 0), (4, 2, 0, 1)]  # (9: a failed communicator)
+    with pytest.raises(RuntimeError, match="from rank 0's buffer failed \\(errno 3"):
+        Engine.take(eng, (4, 2, 0, 0))
+    assert (4, 2, 0, 0) not in eng.inbox
 
 
 def test_piece_larger_than_a_slot_is_refused(pair):

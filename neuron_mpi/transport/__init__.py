@@ -36,11 +36,14 @@ HEADER_LEN = len(HEADER_FIELDS)
 class Arrival:
     """One piece that arrived for this rank (or for it to forward). ``data`` is a
     uint8 view of the payload: in the transport's memory (a landing slot) until
-    ``release()`` or ``detach()``."""
+    ``release()`` or ``detach()``. ``error``: why its payload could not be had (a
+    read of its sender's buffer that failed while the piece was copied aside), None
+    when it could; whoever takes such a piece raises it (Engine.take)."""
 
-    __slots__ = ("key", "total", "origin", "dst", "data", "_owner", "_slot", "_src")
+    __slots__ = ("key", "total", "origin", "dst", "data", "_owner", "_slot", "_src", "error")
 
-    def __init__(self, key, total, origin, dst, data, owner=None, slot=-1, src=-1):
+    def __init__(self, key, total, origin, dst, data, owner=None, slot=-1, src=-1,
+                 error=None):
         self.key = key
         self.total = total
         self.origin = origin
@@ -49,6 +52,7 @@ class Arrival:
         self._owner = owner
         self._slot = slot
         self._src = src
+        self.error = error
 
     def release(self) -> None:
         """The payload has been consumed: give its memory back to the transport."""

@@ -123,7 +123,14 @@ class ShmTransport:
             if err < 0:
                 return None  # its sender failed and took it back
             if err:
-                raise RuntimeError(native.read_failed(nbytes, origin, err, xid, piece))
+                msg = native.read_failed(nbytes, origin, err, xid, piece)
+                if not private:  # (taken by the execution that receives it: raised there)
+                    raise RuntimeError(msg)
+                # copied aside by whichever thread progresses (the agent too): the
+                # slot is free again (read_slot), the piece is lost; it is filed
+                # with its error, for the call that takes it to raise
+                return Arrival((comm, seq, xid, piece), total, origin, dst, data[:0],
+                               error=msg)
             return Arrival((comm, seq, xid, piece), total, origin, dst, data)
         data = self.slot_view(slot, nbytes)
         if private:

@@ -270,6 +270,53 @@ def test_a_failed_read_in_a_lone_call_is_raised_at_once(comm, monkeypatch):
     assert_same(comm.all_reduce(xs), want, "the session's communicator still works")
 
 
+def test_a_failed_read_of_a_piece_copied_aside_leaves_the_rank_alive(comm, monkeypatch):
+    """A message of more read pieces than a channel's slots, whose reads all fail:
+    the receiver's call raises the read's error, and the pieces its sender goes on
+    posting are copied aside by the receiver's agent (the sender waits for room),
+    whose reads fail too. Those are filed with their error and dropped with the
+    failed communicator; before, the agent raised and ended the process (exit 70).
+    The sender's call ends (done, or its deadline); both ranks go on."""
+    import time
+
+    from neuron_mpi.errors import CollectiveTimeoutError
+    from neuron_mpi.transport import native
+
+    if comm.size > 8:
+        pytest.skip("two ranks of the launch are enough; ran at 2 to 8 ranks")
+    monkeypatch.setenv("NEURON_MPI_CHECK", "0")  # no agreement: rank 0 goes ahead
+    sub = comm.split([list(range(comm.size))])
+    eng = comm._engine
+    reads = sub.size > 1 and eng.shm is not None and eng.mpi is None and \
+        int(eng.shm.g[native.G_PULL]) > 0 and eng.shm.reaches(sub._ranks[1])
+    per = eng.piece_for(sub._ranks[0], sub._ranks[1]) if reads else 0
+    pieces = eng.shm.K + 2 if reads else 0  # a full channel and one more waiting
+    x = np.ones(pieces * per // 4, np.float32)
+    if reads and sub.rank == 0:
+        g = eng.shm.g
+        pid = int(g[native.G_PID])
+        g[native.G_PID] = 2 ** 22 + 12345  # above pid_max: the reads fail (ESRCH)
+        try:
+            sub.permute(x, [[0, 1]], timeout=5.0)
+        except CollectiveTimeoutError:
+            pass  # pieces posted after the receiver gave up are never read
+        finally:
+            g[native.G_PID] = pid
+    elif reads and sub.rank == 1:
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError, match="from rank 0's buffer failed \\(errno 3"):
+            sub.permute(x, [[0, 1]], timeout=20.0)
+        assert time.monotonic() - t0 < 10
+        time.sleep(0.5)  # the agent copies aside what rank 0 posts meanwhile
+        with eng.held():
+            left = [k for k in eng.inbox if k[0] == sub._id]
+        assert not left, "dropped with the communicator"
+    comm.barrier()
+    monkeypatch.delenv("NEURON_MPI_CHECK")
+    xs, want = _sum_input(comm, "after-failed-read-aside", 4)
+    assert_same(comm.all_reduce(xs), want, "the session's communicator still works")
+
+
 def test_environment_algorithm_read_at_every_call_of_one_shape(comm, monkeypatch):
     """The shape cache keys on NEURON_MPI_ALGO as read at the call: the same call
     runs ring, then mesh, then the default again."""

@@ -204,25 +204,43 @@ def _reduce_rows(rows: np.ndarray, op: str) -> np.ndarray:
 
 
 class Request:
-    """A request of an I-call: collectives complete at the call (the Request is
-    done), a receive runs at Wait/Test, a send has left at the call."""
+    """A request of an I-call. The non-blocking collectives that write straight
+    into ``recvbuf`` (Iallreduce, Ireduce, Ireduce_scatter_block, Iscan, Iexscan,
+    Ibcast, Iallgather, Ialltoall, on the datatypes the kernels carry) are in
+    flight: the rank's agent moves them while the program computes, ``Test`` says
+    whether they are done without blocking, ``Wait`` finishes them (raising their
+    error). The other I-calls complete at the call (the Request is done); a receive
+    runs at Wait/Test; a send has left at the call. The buffers of a request in
+    flight are the call's until it completes, as in MPI."""
 
-    def __init__(self, run=None):
+    def __init__(self, run=None, handle=None):
         self._run = run
+        self._handle = handle  # a neuron_mpi Handle in flight (its wait() is ``run``)
+
+    def _ready(self) -> bool:
+        """Done, or done by Wait at once (a receive): Test may complete it."""
+        h = self._handle
+        return h is None or h.test()
 
     def Wait(self, status=None):
         if self._run is not None:
-            run, self._run = self._run, None
+            run, self._run, self._handle = self._run, None, None
             run()
         return True
 
     wait = Wait
 
     def Test(self, status=None):
+        if not self._ready():
+            return False
         self.Wait(status)
         return True
 
     def Free(self):
+        """Drop the request; one in flight completes first (as MPI lets the
+        operation go on, its buffers the call's until then)."""
+        if self._handle is not None:
+            self.Wait()
         self._run = None
 
     @staticmethod
@@ -233,14 +251,20 @@ class Request:
 
     @staticmethod
     def Testall(requests, statuses=None):
+        """True, every request completed, once all are done; else False and none
+        is completed (as MPI_Testall)."""
+        if not all(r._ready() for r in requests):
+            return False
         return Request.Waitall(requests)
 
     @staticmethod
     def Waitany(requests, status=None):
-        for i, r in enumerate(requests):
-            r.Wait()
-            return i
-        return _MPI.UNDEFINED
+        requests = list(requests)
+        if not requests:
+            return _MPI.UNDEFINED
+        i = next((k for k, r in enumerate(requests) if r._ready()), 0)
+        requests[i].Wait()
+        return i
 
     @staticmethod
     def Startall(requests):
@@ -249,6 +273,13 @@ class Request:
 
 def _done() -> Request:
     return Request()
+
+
+def _started(h) -> Request:
+    """The Request of an I-call: in flight when the call returned a Handle."""
+    from ..comm import Handle
+
+    return Request(h.wait, h) if isinstance(h, Handle) else _done()
 
 
 class Comm:
@@ -338,18 +369,27 @@ class Comm:
         return _done()
 
     def Bcast(self, buf, root=0) -> None:
+        self._bcast(buf, root, False)
+
+    def _bcast(self, buf, root, async_op):
         m = _Msg(buf, "buf")
         b = _bytes(m.elems())
-        self._c.broadcast(b, root, out=b)
+        return self._c.broadcast(b, root, out=b, async_op=async_op)
 
     def Allreduce(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
+        self._allreduce(sendbuf, recvbuf, op, False)
+
+    def _allreduce(self, sendbuf, recvbuf, op, async_op):
         r = _Msg(recvbuf, "recvbuf")
         out = r.elems()
         x = out.copy() if _is_in_place(sendbuf) else _Msg(sendbuf, "sendbuf").elems()
         self._check_same(x, out, "recvbuf")
-        self._reduce_into("all_reduce", x, out, _op_name(op))
+        return self._reduce_into("all_reduce", x, out, _op_name(op), async_op=async_op)
 
     def Reduce(self, sendbuf, recvbuf, op=_MPI.SUM, root=0) -> None:
+        self._reduce(sendbuf, recvbuf, op, root, False)
+
+    def _reduce(self, sendbuf, recvbuf, op, root, async_op):
         c = self._c
         mine = c.rank == root
         if mine:
@@ -359,9 +399,12 @@ class Comm:
         else:
             x = _Msg(sendbuf, "sendbuf").elems()
             out = None
-        self._reduce_into("reduce", x, out, _op_name(op), root=root)
+        return self._reduce_into("reduce", x, out, _op_name(op), root=root, async_op=async_op)
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
+        self._reduce_scatter_block(sendbuf, recvbuf, op, False)
+
+    def _reduce_scatter_block(self, sendbuf, recvbuf, op, async_op):
         n = self._c.size
         r = _Msg(recvbuf, "recvbuf")
         if _is_in_place(sendbuf):
@@ -371,7 +414,8 @@ class Comm:
         else:
             out = r.elems()
             x = _Msg(sendbuf, "sendbuf").a[:out.size * n]
-        self._reduce_into("reduce_scatter", x, out, _op_name(op), counts=[out.size] * n)
+        return self._reduce_into("reduce_scatter", x, out, _op_name(op), counts=[out.size] * n,
+                                 async_op=async_op)
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_MPI.SUM) -> None:
         c = self._c
@@ -393,18 +437,27 @@ class Comm:
         self._reduce_into("reduce_scatter", x, out, _op_name(op), counts=counts)
 
     def Scan(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
+        self._scan(sendbuf, recvbuf, op, False)
+
+    def _scan(self, sendbuf, recvbuf, op, async_op):
         out = _Msg(recvbuf, "recvbuf").elems()
         x = out.copy() if _is_in_place(sendbuf) else _Msg(sendbuf, "sendbuf").elems()
         self._check_same(x, out, "recvbuf")
-        self._reduce_into("scan", x, out, _op_name(op))
+        return self._reduce_into("scan", x, out, _op_name(op), async_op=async_op)
 
     def Exscan(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
+        self._exscan(sendbuf, recvbuf, op, False)
+
+    def _exscan(self, sendbuf, recvbuf, op, async_op):
         out = _Msg(recvbuf, "recvbuf").elems()
         x = out.copy() if _is_in_place(sendbuf) else _Msg(sendbuf, "sendbuf").elems()
         self._check_same(x, out, "recvbuf")
-        self._reduce_into("exscan", x, out, _op_name(op))
+        return self._reduce_into("exscan", x, out, _op_name(op), async_op=async_op)
 
     def Allgather(self, sendbuf, recvbuf) -> None:
+        self._allgather(sendbuf, recvbuf, False)
+
+    def _allgather(self, sendbuf, recvbuf, async_op):
         c = self._c
         r = _Msg(recvbuf, "recvbuf")
         blk = r.block(c.size)
@@ -414,7 +467,7 @@ class Comm:
         else:
             x = _Msg(sendbuf, "sendbuf").elems()
         self._check_dtype(x, out, "recvbuf")
-        c.all_gather(_bytes(x), out=_bytes(out))
+        return c.all_gather(_bytes(x), out=_bytes(out), async_op=async_op)
 
     def Allgatherv(self, sendbuf, recvbuf) -> None:
         c = self._c
@@ -503,6 +556,9 @@ class Comm:
         c.scatter(x, _bytes(out), root, counts=nbytes)
 
     def Alltoall(self, sendbuf, recvbuf) -> None:
+        self._alltoall(sendbuf, recvbuf, False)
+
+    def _alltoall(self, sendbuf, recvbuf, async_op):
         c = self._c
         r = _Msg(recvbuf, "recvbuf")
         blk = r.block(c.size)
@@ -513,7 +569,7 @@ class Comm:
             s = _Msg(sendbuf, "sendbuf")
             x = s.a[:s.block(c.size) * c.size]
         self._check_dtype(x, out, "recvbuf")
-        c.all_to_all(_bytes(x), out=_bytes(out))
+        return c.all_to_all(_bytes(x), out=_bytes(out), async_op=async_op)
 
     def Alltoallv(self, sendbuf, recvbuf) -> None:
         c = self._c
@@ -532,7 +588,32 @@ class Comm:
         res = c.all_to_all_v(x, [k * it for k in sc], [k * it for k in rc])
         _place(r.a, res.view(r.a.dtype), rc, rd)
 
-    # non-blocking collectives: they complete at the call
+    # non-blocking collectives that write into recvbuf: in flight (Request)
+    def Ibcast(self, buf, root=0) -> Request:
+        return _started(self._bcast(buf, root, True))
+
+    def Iallreduce(self, sendbuf, recvbuf, op=_MPI.SUM) -> Request:
+        return _started(self._allreduce(sendbuf, recvbuf, op, True))
+
+    def Ireduce(self, sendbuf, recvbuf, op=_MPI.SUM, root=0) -> Request:
+        return _started(self._reduce(sendbuf, recvbuf, op, root, True))
+
+    def Ireduce_scatter_block(self, sendbuf, recvbuf, op=_MPI.SUM) -> Request:
+        return _started(self._reduce_scatter_block(sendbuf, recvbuf, op, True))
+
+    def Iscan(self, sendbuf, recvbuf, op=_MPI.SUM) -> Request:
+        return _started(self._scan(sendbuf, recvbuf, op, True))
+
+    def Iexscan(self, sendbuf, recvbuf, op=_MPI.SUM) -> Request:
+        return _started(self._exscan(sendbuf, recvbuf, op, True))
+
+    def Iallgather(self, sendbuf, recvbuf) -> Request:
+        return _started(self._allgather(sendbuf, recvbuf, True))
+
+    def Ialltoall(self, sendbuf, recvbuf) -> Request:
+        return _started(self._alltoall(sendbuf, recvbuf, True))
+
+    # the other non-blocking collectives complete at the call
     def _now(method):
         def run(self, *args, **kwargs):
             method(self, *args, **kwargs)
@@ -541,20 +622,12 @@ class Comm:
         run.__doc__ = f"{method.__name__}, completed at the call; returns a done Request."
         return run
 
-    Ibcast = _now(Bcast)
-    Iallreduce = _now(Allreduce)
-    Ireduce = _now(Reduce)
     Ireduce_scatter = _now(Reduce_scatter)
-    Ireduce_scatter_block = _now(Reduce_scatter_block)
-    Iscan = _now(Scan)
-    Iexscan = _now(Exscan)
-    Iallgather = _now(Allgather)
     Iallgatherv = _now(Allgatherv)
     Igather = _now(Gather)
     Igatherv = _now(Gatherv)
     Iscatter = _now(Scatter)
     Iscatterv = _now(Scatterv)
-    Ialltoall = _now(Alltoall)
     Ialltoallv = _now(Alltoallv)
     del _now
 
@@ -600,8 +673,9 @@ class Comm:
             self._c.refuse("front-end", InvalidArgumentError(
                 f"{name}: {out.size} elements but the send buffer has {x.size}"))
 
-    def _reduce_into(self, which, x, out, op, root=0, counts=None):
-        """Reduce ``x`` into ``out`` (None: nothing to write here)."""
+    def _reduce_into(self, which, x, out, op, root=0, counts=None, async_op=False):
+        """Reduce ``x`` into ``out`` (None: nothing to write here). ``async_op``: the
+        call's Handle, in flight, where the kernels carry the type (else done here)."""
         c = self._c
         dt = x.dtype
         if dt in (np.complex64, np.complex128) and op == "sum":
@@ -609,16 +683,14 @@ class Comm:
             counts = None if counts is None else [k * 2 for k in counts]
         if _carried(dt):
             if which == "all_reduce":
-                c.all_reduce(x, op, out=out)
-            elif which == "reduce":
-                c.reduce(x, root, op, out=out)
-            elif which == "reduce_scatter":
-                c.reduce_scatter_v(x, counts, op, out=out)
-            elif which == "scan":
-                c.scan(x, op, out=out)
-            elif which == "exscan":
-                c.exscan(x, op, out=out)
-            return
+                return c.all_reduce(x, op, out=out, async_op=async_op)
+            if which == "reduce":
+                return c.reduce(x, root, op, out=out, async_op=async_op)
+            if which == "reduce_scatter":
+                return c.reduce_scatter_v(x, counts, op, out=out, async_op=async_op)
+            if which == "scan":
+                return c.scan(x, op, out=out, async_op=async_op)
+            return c.exscan(x, op, out=out, async_op=async_op)
         # types the kernels do not carry: gather every input, reduce in rank order
         rows = c.all_gather(_bytes(np.ascontiguousarray(x))).view(dt).reshape(c.size, -1)
         if which == "all_reduce" or which == "reduce" and out is not None:

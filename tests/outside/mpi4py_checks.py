@@ -59,6 +59,57 @@ def test_scan_and_reductions_on_array_array():
     assert y[0] == N + 0.5
 
 
+def test_nonblocking_collectives_progress_while_the_rank_sleeps():
+    """Iallreduce, Iallgather, Ialltoall, Ireduce_scatter_block and Ibcast are in
+    flight when they return: the rank's agent finishes them while the program
+    sleeps outside MPI, so Test is already true afterwards (without blocking);
+    Wait leaves the results in recvbuf. Test of one still in flight is False and
+    does not block, nor does Testall's."""
+    import time
+
+    from neuron_mpi.comm import Handle
+
+    n = 1 << 14
+    x = np.arange(n, dtype=np.float32) + R
+    s_out = np.empty(n, np.float32)
+    g_in = np.full(4, R, np.int32)
+    g_out = np.empty(4 * N, np.int32)
+    a_in = np.arange(2 * N, dtype=np.int64) + 100 * R
+    a_out = np.empty(2 * N, np.int64)
+    rs_in = np.arange(3 * N, dtype=np.float64)
+    rs_out = np.empty(3, np.float64)
+    b = np.arange(5, dtype=np.float64) if R == 0 else np.zeros(5)
+    W.Barrier()
+    reqs = [W.Iallreduce(x, s_out, MPI.SUM), W.Iallgather(g_in, g_out),
+            W.Ialltoall(a_in, a_out), W.Ireduce_scatter_block(rs_in, rs_out, MPI.SUM),
+            W.Ibcast(b, root=0)]
+    if N > 1:
+        assert all(isinstance(q._handle, Handle) for q in reqs)  # in flight
+    time.sleep(1.0)
+    t0 = time.perf_counter()
+    assert all(q.Test() for q in reqs)  # done while this rank slept
+    assert time.perf_counter() - t0 < 0.5
+    assert np.array_equal(s_out, np.arange(n, dtype=np.float32) * N + N * (N - 1) / 2)
+    assert np.array_equal(g_out, np.repeat(np.arange(N, dtype=np.int32), 4))
+    assert np.array_equal(a_out, np.array([2 * R + k + 100 * s for s in range(N)
+                                           for k in range(2)], np.int64))
+    assert np.array_equal(rs_out, np.arange(3 * R, 3 * R + 3, dtype=np.float64) * N)
+    assert np.array_equal(b, np.arange(5, dtype=np.float64))
+    # one still in flight: rank 0 joins 1 s late
+    y = np.full(8, R + 1, np.int64)
+    out = np.empty(8, np.int64)
+    if R == 0:
+        time.sleep(1.0)
+    q = W.Iallreduce(y, out, MPI.MAX)
+    if N > 1 and R != 0:
+        t0 = time.perf_counter()
+        assert not q.Test() and not MPI.Request.Testall([q])
+        assert time.perf_counter() - t0 < 0.5  # (rank 0 still sleeps: nothing blocked)
+        assert q._handle is not None  # still in flight
+    assert MPI.Request.Waitany([q]) == 0
+    assert np.array_equal(out, np.full(8, N, np.int64))
+
+
 def test_point_to_point():
     if N < 2:
         pytest.skip("needs 2 ranks")

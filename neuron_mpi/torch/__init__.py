@@ -12,14 +12,22 @@ other group over ``Communicator.group(ranks)``, which torch calls on the member
 ranks only; the instance's group rules apply (strict, as ``init``;
 NEURON_MPI_STRICT=0 lifts them). Tensors travel
 as numpy views of their memory (bfloat16 and float8 as ml_dtypes arrays), reduced
-exactly as the Communicator reduces. Every call runs to completion before it returns
-its ``Work`` (a completed future), so ``async_op=True`` works, with ``wait()`` and
-``get_future()``, but does not overlap communication with compute.
+exactly as the Communicator reduces. ``allreduce`` of one tensor and the
+single-tensor forms of all-gather, reduce-scatter and all-to-all
+(``all_gather_into_tensor``, ``reduce_scatter_tensor``, ``all_to_all_single`` with
+even splits) of at least ASYNC_MIN_BYTES are in flight when they return: their
+``Work`` (``_Work``) finishes while torch computes (the rank's agent moves the
+data), so ``dist.all_reduce(t, async_op=True)`` overlaps until ``work.wait()``.
+``get_future()`` waits for the call first (its future is complete), so DDP's
+comm hooks, which take the future at once, run as before. Every other call runs
+to completion before it returns its ``Work`` (a completed future).
 
 The mapping of every ProcessGroup method to the Communicator call is the table in
 docs/api.md ("Front-ends").
 """
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import torch
@@ -60,6 +68,13 @@ def _env_from_mpi() -> None:
 
 _WORLD = []
 
+#: calls on tensors of at least this many bytes run in flight (``_Work``); smaller
+#: ones complete at the call, where an async call's set-up (tens of microseconds:
+#: docs/benchmarks.md, "The overlap benchmark's checks") would cost more than the
+#: data, and a blocking call (dist.all_reduce without async_op waits at once) runs
+#: compiled on its own thread
+ASYNC_MIN_BYTES = 64 * 1024
+
 
 def world_communicator():
     """The world Communicator of this process (made on first use)."""
@@ -74,6 +89,86 @@ def _done(value) -> dist.Work:
     fut = torch.futures.Future()
     fut.set_result(value)
     return _create_work_from_future(fut)
+
+
+class _Work(dist.Work):
+    """The Work of a call in flight (a neuron_mpi Handle): ``wait()`` finishes it
+    and raises its error; ``is_completed()`` asks without blocking; ``result()``
+    and ``get_future()`` wait first. ``finish``: what runs once the data is in
+    (e.g. a copy into an output tensor), before the Work counts as done."""
+
+    def __init__(self, handle, value, finish=None):
+        super().__init__()
+        self._h = handle
+        self._value = value
+        self._then = finish
+        self._lock = threading.Lock()  # (wait() from two threads finishes it once)
+        self._over = False
+        self._error = None
+
+    def _complete(self) -> None:
+        with self._lock:
+            if not self._over:
+                try:
+                    self._h.wait()
+                    if self._then is not None:
+                        self._then()
+                except BaseException as e:
+                    self._error = e
+                self._over = True
+                self._h = self._then = None
+        if self._error is not None:
+            raise self._error
+
+    def wait(self, timeout=None):
+        self._complete()
+        return True
+
+    synchronize = wait
+
+    def is_completed(self):
+        if self._over:
+            return True
+        h = self._h
+        return h is None or h.test()
+
+    def is_success(self):
+        if not self.is_completed():
+            return False
+        try:
+            self._complete()
+        except BaseException:
+            return False
+        return True
+
+    def exception(self):
+        if not self.is_completed():
+            return None
+        try:
+            self._complete()
+        except BaseException as e:
+            return e
+        return None
+
+    def result(self):
+        self._complete()
+        return self._value
+
+    def get_future(self):
+        fut = torch.futures.Future()
+        try:
+            self._complete()
+        except BaseException as e:
+            fut.set_exception(e)
+        else:
+            fut.set_result(self._value)
+        return fut
+
+
+def _in_flight(nbytes: int, *arrays) -> bool:
+    """Whether a call on these arrays runs in flight: big enough, and each array
+    contiguous (written in place, with no copy after the data is in)."""
+    return nbytes >= ASYNC_MIN_BYTES and all(a.flags.c_contiguous for a in arrays)
 
 
 def _op(reduce_op) -> str:
@@ -156,7 +251,11 @@ class NeuronProcessGroup(dist.ProcessGroup):
             if t.is_complex() and not complex_ok(op):
                 self.comm.refuse("all_reduce", InvalidArgumentError(
                     f"tensor: complex tensors reduce with SUM or AVG only, got {op}"))
-        for a in self._arrays("all_reduce", tensors, "tensor"):
+        arrays = self._arrays("all_reduce", tensors, "tensor")
+        if len(arrays) == 1 and _in_flight(arrays[0].nbytes, arrays[0]):
+            a = arrays[0]
+            return _Work(self.comm.all_reduce(a, op, out=a, async_op=True), tensors)
+        for a in arrays:
             self.comm.all_reduce(a, op, out=a)
         return _done(tensors)
 
@@ -204,6 +303,9 @@ class NeuronProcessGroup(dist.ProcessGroup):
         self._check("all_gather", o.size == x.size * self.size() and o.dtype == x.dtype,
                     f"output_tensor: expected {x.size * self.size()} elements of {x.dtype} "
                     f"(world size x input), got {o.size} of {o.dtype}")
+        if _in_flight(o.nbytes, o):
+            return _Work(self.comm.all_gather(_flat(x), out=o.reshape(-1), async_op=True),
+                         output)
         res = self.comm.all_gather(_flat(x))
         o[...] = res.reshape(o.shape)
         return _done(output)
@@ -243,6 +345,9 @@ class NeuronProcessGroup(dist.ProcessGroup):
         self._check("reduce_scatter", x.size == o.size * self.size() and o.dtype == x.dtype,
                     f"input: expected {o.size * self.size()} elements of {o.dtype} "
                     f"(world size x output), got {x.size} of {x.dtype}")
+        if _in_flight(x.nbytes, o):
+            return _Work(self.comm.reduce_scatter(_flat(x), op, out=o.reshape(-1),
+                                                  async_op=True), output)
         res = self.comm.reduce_scatter(_flat(x), op)
         o[...] = res.reshape(o.shape)
         return _done(output)
@@ -267,6 +372,9 @@ class NeuronProcessGroup(dist.ProcessGroup):
             self._check("all_to_all", x.size == o.size and _rows(input) % n == 0,
                         f"input: {_rows(input)} rows must divide evenly into {n} blocks and "
                         "match output's size")
+            if _in_flight(o.nbytes, o):
+                return _Work(self.comm.all_to_all(_flat(x), out=o.reshape(-1), async_op=True),
+                             output)
             res = self.comm.all_to_all(_flat(x))
         else:
             re = x.size // max(_rows(input), 1) if x.size else (

@@ -101,6 +101,68 @@ def test_async_work_and_future():
             assert torch.equal(buf, torch.full((3,), float(peer)))
 
 
+def test_large_calls_are_in_flight_while_torch_computes():
+    """all_reduce, all_gather_into_tensor, reduce_scatter_tensor and
+    all_to_all_single of at least ASYNC_MIN_BYTES return a Work in flight: it
+    finishes while the rank sleeps outside the backend (is_completed() true before
+    wait()); one that rank 0 joins 1 s late is not completed on the others right
+    after the call, and asking does not block. Results exact."""
+    import time
+
+    from neuron_mpi.torch import ASYNC_MIN_BYTES, _Work
+
+    k = ASYNC_MIN_BYTES // 4  # float32 elements: the smallest call in flight
+    t = torch.full((k,), float(R + 1))
+    g_in, g_out = torch.full((k,), float(R)), torch.empty(N * k)
+    rs_in, rs_out = torch.arange(N * k, dtype=torch.float32), torch.empty(k)
+    a_in, a_out = torch.arange(N * k, dtype=torch.float32) + 1000 * R, torch.empty(N * k)
+    dist.barrier()
+    works = [dist.all_reduce(t, async_op=True),
+             dist.all_gather_into_tensor(g_out, g_in, async_op=True),
+             dist.reduce_scatter_tensor(rs_out, rs_in, async_op=True),
+             dist.all_to_all_single(a_out, a_in, async_op=True)]
+    assert all(isinstance(w, _Work) for w in works)
+    time.sleep(1.0)
+    assert all(w.is_completed() for w in works)  # done while this rank slept
+    assert all(w.wait() for w in works) and all(w.is_success() for w in works)
+    assert torch.all(t == N * (N + 1) / 2)
+    assert torch.equal(g_out, torch.arange(N, dtype=torch.float32).repeat_interleave(k))
+    assert torch.equal(rs_out, torch.arange(R * k, (R + 1) * k, dtype=torch.float32) * N)
+    assert torch.equal(a_out, torch.cat([torch.arange(R * k, (R + 1) * k, dtype=torch.float32)
+                                         + 1000 * s for s in range(N)]))
+    assert torch.equal(works[0].result()[0], t) and works[0].exception() is None
+    late = torch.full((k,), 1.0)
+    if R == 0:
+        time.sleep(1.0)
+    w = dist.all_reduce(late, async_op=True)
+    if N > 1 and R != 0:
+        t0 = time.perf_counter()
+        assert not w.is_completed() and not w.is_success()
+        assert time.perf_counter() - t0 < 0.5  # (rank 0 still sleeps: nothing blocked)
+    fut = w.get_future()  # waits first: complete
+    assert fut.done() and torch.all(fut.wait()[0] == N)
+    small = torch.ones(4)
+    assert not isinstance(dist.all_reduce(small, async_op=True), _Work)  # done at the call
+
+
+def test_a_mismatch_in_flight_is_raised_by_wait_on_every_rank():
+    from neuron_mpi.torch import ASYNC_MIN_BYTES
+
+    g = dist.new_group(list(range(N)))  # a mismatch fails its communicator for good
+    k = ASYNC_MIN_BYTES // 4 + (1 if R == 0 and N > 1 else 0)
+    w = dist.all_reduce(torch.ones(k), group=g, async_op=True)
+    if N > 1:
+        with pytest.raises(nm.CollectiveMismatchError, match="count"):
+            w.wait()
+        assert w.is_completed() and not w.is_success()
+        assert isinstance(w.exception(), nm.CollectiveMismatchError)
+        with pytest.raises(nm.CollectiveMismatchError):
+            w.get_future().wait()
+    t = torch.ones(4)
+    dist.all_reduce(t)  # the default group is untouched
+    assert t[0].item() == N
+
+
 def test_groups_and_names():
     pairs = [[i, i + 1] for i in range(0, N - 1, 2)]
     groups = [dist.new_group(p) for p in pairs]

@@ -2,6 +2,7 @@
 
     neuron-mpirun -n 64 python benchmarks/overlap.py [--bytes 4MB] [--iters 5]
                                                     [--loop-iters K] [--json FILE]
+                                                    [--api neuron_mpi|mpi4py|torch]
 
 First the blocking all_reduce of ``--bytes`` is timed (C, the median). Then each
 iteration starts the same all_reduce with ``async_op=True``, "computes" for T = C
@@ -49,6 +50,9 @@ import neuron_mpi as nm
 from neuron_mpi.bench.sizes import size_arg
 
 
+APIS = ("neuron_mpi", "mpi4py", "torch")
+
+
 def _slowest(seconds: list) -> list:
     """Per iteration, the largest of the ranks' times (one MPI call, after the loop)."""
     mine = np.asarray(seconds, np.float64)
@@ -57,52 +61,105 @@ def _slowest(seconds: list) -> list:
     return out.tolist()
 
 
-def measure(comm, nbytes: int, iters: int, fresh: bool = False, loop_iters: int = 0) -> dict:
+class Front:
+    """The all_reduce under test through one API: ``start()`` begins the async call
+    and returns a waitable whose ``wait()`` gives the result; ``block()`` runs the
+    blocking call and returns the result; ``barrier()``. neuron_mpi and mpi4py
+    (neuron_mpi.mpi) sum ``x`` into result buffers; torch reduces a tensor in
+    place, so it takes MAX over inputs ``base + rank`` (idempotent: every call
+    leaves ``base + n - 1``, the next call's input on every rank)."""
+
+    def __init__(self, api, comm, x, fresh):
+        n = comm.size
+        base = x - comm.rank
+        self.barrier = comm.barrier
+        if api == "neuron_mpi":
+            self.want = base * n + n * (n - 1) / 2
+            oa, ob = (None, None) if fresh else (np.empty_like(x), np.empty_like(x))
+            self.start = lambda: comm.all_reduce(x, out=oa, async_op=True)
+            self.block = lambda: comm.all_reduce(x, out=ob)
+        elif api == "mpi4py":
+            from neuron_mpi import mpi as M
+            w = M.COMM_WORLD
+            self.want = base * n + n * (n - 1) / 2
+            oa, ob = np.empty_like(x), np.empty_like(x)
+            self.start = lambda: _Waits(w.Iallreduce(x, oa, M.SUM), oa)
+            self.block = lambda: (w.Allreduce(x, ob, M.SUM), ob)[1]
+            self.barrier = w.Barrier
+        else:  # torch
+            import torch
+            import torch.distributed as dist
+
+            import neuron_mpi.torch  # noqa: F401  (the "neuron" backend)
+            if not dist.is_initialized():
+                dist.init_process_group("neuron")
+            self.want = base + (n - 1)
+            oa, ob = x.copy(), x.copy()
+            ta, tb = torch.from_numpy(oa), torch.from_numpy(ob)
+            mx = dist.ReduceOp.MAX
+            self.start = lambda: _Waits(dist.all_reduce(ta, mx, async_op=True), oa)
+            self.block = lambda: (dist.all_reduce(tb, mx), ob)[1]
+            self.barrier = dist.barrier
+
+
+class _Waits:
+    """A Request or torch Work whose wait() returns the result buffer."""
+
+    def __init__(self, req, out):
+        self.req, self.out = req, out
+
+    def wait(self):
+        self.req.wait()
+        return self.out
+
+
+def measure(comm, nbytes: int, iters: int, fresh: bool = False, loop_iters: int = 0,
+            api: str = "neuron_mpi") -> dict:
     n = comm.size
     x = np.arange(max(1, nbytes // 4), dtype=np.float32) % 7 + comm.rank
-    want = (np.arange(x.size, dtype=np.float32) % 7) * n + n * (n - 1) / 2
-    # the async call's result buffer, and the blocking calls' (None: a new one each)
-    o_async, o_block = (None, None) if fresh else (np.empty_like(x), np.empty_like(x))
+    # the async call's result buffer, and the blocking calls' (fresh: a new one each)
+    f = Front(api, comm, x, fresh)
+    want = f.want
     for _ in range(2):
-        comm.all_reduce(x, out=o_block)
+        f.block()
     blocking = []
     for _ in range(iters):
-        comm.barrier()
+        f.barrier()
         t0 = time.perf_counter()
-        comm.all_reduce(x, out=o_block)
+        f.block()
         blocking.append(time.perf_counter() - t0)
     c = statistics.median(_slowest(blocking))
     t = c
     walls, serial, wrong = [], [], 0
     for _ in range(iters):
-        comm.barrier()
+        f.barrier()
         t0 = time.perf_counter()
-        h = comm.all_reduce(x, out=o_async, async_op=True)
+        h = f.start()
         time.sleep(t)
         y = h.wait()
         walls.append(time.perf_counter() - t0)
-        comm.barrier()  # (no rank checks while another is still timed)
+        f.barrier()  # (no rank checks while another is still timed)
         wrong += int(not np.array_equal(y, want))
-        comm.barrier()
+        f.barrier()
         t0 = time.perf_counter()
-        y = comm.all_reduce(x, out=o_block)
+        y = f.block()
         time.sleep(t)
         serial.append(time.perf_counter() - t0)
-        comm.barrier()
+        f.barrier()
         wrong += int(not np.array_equal(y, want))
     wall, ser = statistics.median(_slowest(walls)), statistics.median(_slowest(serial))
     row = {"bytes": x.nbytes, "ranks": n, "C_ms": c * 1e3, "T_ms": t * 1e3,
            "wall_ms": wall * 1e3, "overlap": (t + c - wall) / min(t, c),
            "serial_wall_ms": ser * 1e3, "serial_overlap": (t + c - ser) / min(t, c),
-           "fresh_results": fresh}
+           "fresh_results": fresh, "api": api}
     if loop_iters:
-        row.update(steady(comm, x, want, o_async, o_block, loop_iters))
+        row.update(steady(f, loop_iters))
         wrong += row.pop("wrong")
     row["wrong"] = MPI.COMM_WORLD.allreduce(wrong)
     return row
 
 
-def steady(comm, x, want, o_async, o_block, k: int) -> dict:
+def steady(f: Front, k: int) -> dict:
     """The step loop of a training program: ``k`` iterations back to back, with no
     barrier between them, so a call starts while the ranks are still spread out
     from the last one. Three loops, each timed whole on every rank (the slowest
@@ -110,25 +167,27 @@ def steady(comm, x, want, o_async, o_block, k: int) -> dict:
     compute T = C (its overlap is 0 by construction), then async call, compute T,
     wait. Only the loops' last results are checked (a check per iteration would be
     work between the calls)."""
+    last = {}
+
     def loop(mode: str, t: float) -> float:
-        comm.barrier()
+        f.barrier()
         t0 = time.perf_counter()
         for _ in range(k):
             if mode == "async":
-                h = comm.all_reduce(x, out=o_async, async_op=True)
+                h = f.start()
                 time.sleep(t)
-                h.wait()
+                last[mode] = h.wait()
             else:
-                comm.all_reduce(x, out=o_block)
+                last[mode] = f.block()
                 if t:
                     time.sleep(t)
         return _slowest([(time.perf_counter() - t0) / k])[0]
 
     c = loop("block", 0.0)
     ser = loop("block", c)
-    wrong = int(not np.array_equal(o_block, want))
+    wrong = int(not np.array_equal(last["block"], f.want))
     wall = loop("async", c)
-    wrong += int(not np.array_equal(o_async, want))
+    wrong += int(not np.array_equal(last["async"], f.want))
     return {"loop_iters": k, "loop_C_ms": c * 1e3, "loop_wall_ms": wall * 1e3,
             "loop_overlap": (2 * c - wall) / c, "loop_serial_wall_ms": ser * 1e3,
             "loop_serial_overlap": (2 * c - ser) / c, "wrong": wrong}
@@ -144,14 +203,21 @@ def main(argv=None) -> int:
     p.add_argument("--loop-iters", type=int, default=0, metavar="K",
                    help="also time a step loop of K back-to-back iterations (no barrier "
                         "between them), with its own C and blocking baseline")
+    p.add_argument("--api", choices=APIS, default="neuron_mpi",
+                   help="the calls timed: neuron_mpi's all_reduce(async_op=True), the "
+                        "mpi4py facade's Iallreduce, or torch.distributed's all_reduce "
+                        "(async_op=True) on the \"neuron\" backend (MAX, in place)")
     a = p.parse_args(argv)
     if a.loop_iters < 0:
         p.error(f"--loop-iters: expected an integer >= 0, got {a.loop_iters}")
+    if a.fresh_results and a.api != "neuron_mpi":
+        p.error("--fresh-results: only with --api neuron_mpi (the others write into "
+                "buffers they are given)")
     comm = nm.init()
-    rows = [measure(comm, b, a.iters, a.fresh_results, a.loop_iters) for b in a.bytes]
+    rows = [measure(comm, b, a.iters, a.fresh_results, a.loop_iters, a.api) for b in a.bytes]
     if comm.rank == 0:
         print(f"# overlap of an async all_reduce with T = C of compute (a sleep), "
-              f"{comm.size} ranks on {comm.topology.instance}")
+              f"{comm.size} ranks on {comm.topology.instance}, through {a.api}")
         loop_head = (f" {'loop C(ms)':>11} {'loop wall(ms)':>14} {'loop overlap':>13} "
                      f"{'loop blocking overlap':>22}") if a.loop_iters else ""
         print(f"# {'bytes':>10} {'C(ms)':>9} {'wall(ms)':>9} {'overlap':>8} "

@@ -368,6 +368,27 @@ def test_overlap_benchmark_reports_both_measures(tmp_path):
     assert bad.returncode != 0 and "--loop-iters" in bad.stderr
 
 
+@pytest.mark.parametrize("api", ["mpi4py", "torch"])
+def test_overlap_benchmark_through_the_front_ends(tmp_path, api):
+    """--api mpi4py (Iallreduce) and --api torch (all_reduce with async_op=True,
+    MAX in place): the same rows, results checked (0 wrong), the API named in the
+    JSON; --fresh-results is refused with another API, naming the option."""
+    if api == "torch":
+        pytest.importorskip("torch")
+    out = tmp_path / "o.json"
+    prog = [sys.executable, str(ROOT / "benchmarks" / "overlap.py")]
+    res = _launch(["--api", api, "--bytes", "256KB", "--iters", "2", "--loop-iters", "2",
+                   "--json", str(out)], program=prog)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"through {api}" in res.stdout
+    [r] = json.loads(out.read_text())
+    assert r["api"] == api and r["wrong"] == 0 and r["bytes"] == 256 << 10
+    assert r["overlap"] == pytest.approx((r["T_ms"] + r["C_ms"] - r["wall_ms"]) /
+                                         min(r["T_ms"], r["C_ms"]))
+    bad = _launch(["--api", api, "--fresh-results"], program=prog, timeout=120)
+    assert bad.returncode != 0 and "--fresh-results" in bad.stderr
+
+
 @pytest.mark.parametrize("op", ["all_reduce", "all_to_all", "barrier"])
 def test_call_cost_benchmark_checks_and_reports(op):
     """benchmarks/call_cost.py on 8 ranks: both loops timed, the compiled run's share

@@ -15,7 +15,8 @@ as numpy views of their memory (bfloat16 and float8 as ml_dtypes arrays), reduce
 exactly as the Communicator reduces. ``allreduce`` of one tensor and the
 single-tensor forms of all-gather, reduce-scatter and all-to-all
 (``all_gather_into_tensor``, ``reduce_scatter_tensor``, ``all_to_all_single`` with
-even splits) of at least ASYNC_MIN_BYTES are in flight when they return: their
+even splits) of at least ASYNC_MIN_BYTES, called with ``async_op=True`` (or from
+C++, as DDP's are), are in flight when they return: their
 ``Work`` (``_Work``) finishes while torch computes (the rank's agent moves the
 data), so ``dist.all_reduce(t, async_op=True)`` overlaps until ``work.wait()``.
 ``get_future()`` waits for the call first (its future is complete), so DDP's
@@ -68,11 +69,10 @@ def _env_from_mpi() -> None:
 
 _WORLD = []
 
-#: calls on tensors of at least this many bytes run in flight (``_Work``); smaller
-#: ones complete at the call, where an async call's set-up (tens of microseconds:
-#: docs/benchmarks.md, "The overlap benchmark's checks") would cost more than the
-#: data, and a blocking call (dist.all_reduce without async_op waits at once) runs
-#: compiled on its own thread
+#: async calls on tensors of at least this many bytes run in flight (``_Work``);
+#: smaller ones complete at the call, where an async call's set-up (tens of
+#: microseconds: docs/benchmarks.md, "The overlap benchmark's checks") would cost
+#: more than the data
 ASYNC_MIN_BYTES = 64 * 1024
 
 
@@ -165,10 +165,15 @@ class _Work(dist.Work):
         return fut
 
 
-def _in_flight(nbytes: int, *arrays) -> bool:
-    """Whether a call on these arrays runs in flight: big enough, and each array
-    contiguous (written in place, with no copy after the data is in)."""
-    return nbytes >= ASYNC_MIN_BYTES and all(a.flags.c_contiguous for a in arrays)
+def _in_flight(opts, nbytes: int, *arrays) -> bool:
+    """Whether a call on these arrays runs in flight: asked for (torch sets
+    ``opts.asyncOp`` from the call's ``async_op``; options made without it, as
+    DDP's, default to True), big enough, and each array contiguous (written in
+    place, with no copy after the data is in). A blocking call (async_op=False,
+    waited at once) runs compiled on the calling thread instead: in flight, the
+    agent would start it only for the caller to take it back."""
+    return (opts is None or getattr(opts, "asyncOp", True)) and \
+        nbytes >= ASYNC_MIN_BYTES and all(a.flags.c_contiguous for a in arrays)
 
 
 def _op(reduce_op) -> str:
@@ -252,7 +257,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
                 self.comm.refuse("all_reduce", InvalidArgumentError(
                     f"tensor: complex tensors reduce with SUM or AVG only, got {op}"))
         arrays = self._arrays("all_reduce", tensors, "tensor")
-        if len(arrays) == 1 and _in_flight(arrays[0].nbytes, arrays[0]):
+        if len(arrays) == 1 and _in_flight(opts, arrays[0].nbytes, arrays[0]):
             a = arrays[0]
             return _Work(self.comm.all_reduce(a, op, out=a, async_op=True), tensors)
         for a in arrays:
@@ -303,7 +308,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         self._check("all_gather", o.size == x.size * self.size() and o.dtype == x.dtype,
                     f"output_tensor: expected {x.size * self.size()} elements of {x.dtype} "
                     f"(world size x input), got {o.size} of {o.dtype}")
-        if _in_flight(o.nbytes, o):
+        if _in_flight(opts, o.nbytes, o):
             return _Work(self.comm.all_gather(_flat(x), out=o.reshape(-1), async_op=True),
                          output)
         res = self.comm.all_gather(_flat(x))
@@ -345,7 +350,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         self._check("reduce_scatter", x.size == o.size * self.size() and o.dtype == x.dtype,
                     f"input: expected {o.size * self.size()} elements of {o.dtype} "
                     f"(world size x output), got {x.size} of {x.dtype}")
-        if _in_flight(x.nbytes, o):
+        if _in_flight(opts, x.nbytes, o):
             return _Work(self.comm.reduce_scatter(_flat(x), op, out=o.reshape(-1),
                                                   async_op=True), output)
         res = self.comm.reduce_scatter(_flat(x), op)
@@ -372,7 +377,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
             self._check("all_to_all", x.size == o.size and _rows(input) % n == 0,
                         f"input: {_rows(input)} rows must divide evenly into {n} blocks and "
                         "match output's size")
-            if _in_flight(o.nbytes, o):
+            if _in_flight(opts, o.nbytes, o):
                 return _Work(self.comm.all_to_all(_flat(x), out=o.reshape(-1), async_op=True),
                              output)
             res = self.comm.all_to_all(_flat(x))

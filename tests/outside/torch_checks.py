@@ -106,7 +106,8 @@ def test_large_calls_are_in_flight_while_torch_computes():
     all_to_all_single of at least ASYNC_MIN_BYTES return a Work in flight: it
     finishes while the rank sleeps outside the backend (is_completed() true before
     wait()); one that rank 0 joins 1 s late is not completed on the others right
-    after the call, and asking does not block. Results exact."""
+    after the call, and asking does not block. Small calls, and blocking ones
+    (asyncOp False), complete at the call. Results exact."""
     import time
 
     from neuron_mpi.torch import ASYNC_MIN_BYTES, _Work
@@ -143,6 +144,11 @@ def test_large_calls_are_in_flight_while_torch_computes():
     assert fut.done() and torch.all(fut.wait()[0] == N)
     small = torch.ones(4)
     assert not isinstance(dist.all_reduce(small, async_op=True), _Work)  # done at the call
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False  # (what dist.all_reduce passes without async_op: waited at once)
+    big = torch.ones(k)
+    assert not isinstance(dist.group.WORLD.allreduce([big], opts), _Work)  # compiled, here
+    assert torch.all(big == N)
 
 
 def test_a_mismatch_in_flight_is_raised_by_wait_on_every_rank():

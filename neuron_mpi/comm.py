@@ -535,13 +535,15 @@ class Communicator:
         agreement = None
         try:
             if fp is not None:
-                if ran is not None or rows is None and plan.native is not None and eng.solo():
+                if ran is not None or rows is None and plan.native is not None and (
+                        async_op or eng.solo()):
                     # one compiled run: the agreement, then the data (async: the
-                    # agent runs both while the program computes; a mismatch is
-                    # raised by wait(), still before any data moved)
+                    # agent runs both while the program computes, also beside
+                    # other calls in flight; a mismatch is raised by wait(), still
+                    # before any data moved)
                     agreement = self._control.board_agreement(
                         fp, op, seq, deadline,
-                        lambda: self._agreement_timeout(op, seq, seconds))
+                        lambda: self._agreement_timeout(op, seq, seconds), behind=async_op)
                 if agreement is None:
                     self._exchange(fp, op, timeout, rows, share)
         except NeuronMPIError as e:

@@ -70,23 +70,39 @@ class Control:
         return self._routed(vec, seq, which, deadline, expired)
 
     def board_agreement(self, fp: np.ndarray, op: str, seq: int, deadline=None,
-                        expired=None):
+                        expired=None, behind: bool = False):
         """The agreement on ``fp`` (agree.fingerprint's int64 vector) as a step of
         a compiled execution (see BoardAgreement), or None when this communicator
-        has no board. The caller sets its ``execution``."""
+        has no board. The caller sets its ``execution``.
+
+        ``behind`` (async calls): when the previous call's agreement is still open
+        on this rank (its execution in flight, waiting for members), this one is
+        not waited for here (``settle``) but queued behind it: its execution
+        publishes its row only once that agreement has finished (the board's
+        two-parity rule, see settle), so the call returns at once. One agreement
+        waits so at a time; a third call settles first."""
         b = self._board
         if b is None or fp.size > FP_WORDS:
             return None
-        self.settle(deadline, expired)
-        self._open = BoardAgreement(self, b, fp, op, seq)
-        return self._open
+        prev = self._open
+        if behind and prev is not None and prev.waiting_for is None and \
+                not prev.finished and prev.execution is not None and \
+                not prev.execution.done:
+            ag = BoardAgreement(self, b, fp, op, seq, after=prev)
+        else:
+            self.settle(deadline, expired)
+            ag = BoardAgreement(self, b, fp, op, seq)
+        self._open = ag
+        return ag
 
-    def board_turn(self, fp: np.ndarray) -> tuple:
+    def board_turn(self, fp: np.ndarray, parity: int | None = None) -> tuple:
         """The compiled data plane's agreement arguments for this communicator's
         next turn on its board (counter, table, member, size, fp, target, bells),
-        as BoardAgreement holds them. The turn is taken by ``turn_over`` once every
-        member has arrived."""
-        b, p = self._b, self._parity  # (the caller found the board: resolved)
+        as BoardAgreement holds them (``parity``: the turn's, when it is not the
+        next one: an agreement queued behind an open one). The turn is taken by
+        ``turn_over`` once every member has arrived."""
+        b = self._b  # (the caller found the board: resolved)
+        p = self._parity if parity is None else parity
         return (b.counters[p], b.tables[p], self.comm.rank, b.size, fp,
                 b.size * (b.uses[p] + 1), b.bells)
 
@@ -212,16 +228,39 @@ class BoardAgreement:
     call's first step (transport.native._agreement): the same board, parity and
     target the Python path (Control._on_board) would use, so either can run it."""
 
-    def __init__(self, control: Control, board, fp, op: str, seq: int):
+    def __init__(self, control: Control, board, fp, op: str, seq: int, after=None):
         self.control = control
         self.board = board
-        self.parity = control._parity
+        # queued behind ``after`` (the previous call's, still open): the other parity
+        self.parity = control._parity if after is None else after.parity ^ 1
         self.fp = fp
-        self.args = control.board_turn(fp)  # the compiled data plane's, for its turn
+        # the compiled data plane's, for its turn (that parity's table was read by
+        # this rank before ``after`` began: its use count is final)
+        self.args = control.board_turn(fp, self.parity)
         self.op = op
         self.seq = seq
         self.finished = False
         self.execution = None  # the Execution that runs it (set by the caller)
+        self.waiting_for = after  # publish only once it has finished (ready())
+        self._after_ex = None if after is None else after.execution
+
+    def ready(self) -> bool:
+        """Whether its execution may publish this rank's row: no agreement ahead of
+        it still open. Raises CollectiveTimeoutError when the one ahead can never
+        finish (its execution ended inside it: the board's turn is lost)."""
+        ahead = self.waiting_for
+        if ahead is None:
+            return True
+        if ahead.finished:
+            self.waiting_for = self._after_ex = None
+            return True
+        ex = self._after_ex
+        if ex is not None and ex.done:
+            raise CollectiveTimeoutError(
+                f"{self.op} (call {self.seq} on this communicator): call {ahead.seq} "
+                f"ended before its members agreed on the arguments ({ex.error}); this "
+                "call cannot agree")
+        return False
 
     def finish(self) -> None:
         """Every member has arrived: the parity turns over, as on the Python path.
@@ -245,4 +284,7 @@ class BoardAgreement:
         raise CollectiveMismatchError(f"{self.op} (call {self.seq}): fingerprints differ")
 
     def absent(self) -> list[int]:
+        ahead = self.waiting_for
+        if ahead is not None and not ahead.finished:  # (this one has not published)
+            return ahead.absent()
         return self.control._absent_on_board(self.seq, self.parity)

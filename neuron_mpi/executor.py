@@ -632,7 +632,15 @@ class Execution:
                 row -= len(st.recvs)
         raise IndexError(row)
 
+    def _behind(self) -> bool:
+        """Its agreement is queued behind the previous call's, still open (an async
+        call, control.BoardAgreement.ready): it may not publish yet."""
+        ag = self.agreement
+        return ag is not None and ag.waiting_for is not None and not ag.ready()
+
     def _native_advance(self) -> bool:
+        if self._behind():
+            return False
         args = self._native_args()
         while True:
             status = self._take_adopted()
@@ -692,6 +700,8 @@ class Execution:
         engine's claim word, for the agent's runs) YIELDED."""
         status = self._take_adopted()
         if status is None:
+            if self._behind():  # (the one ahead is in flight too: passes advance both)
+                return native.BLOCKED
             status = native.exec_run(*self._native_args(), NO_CLAIM if claim is None else claim,
                                      deadline_ns(deadline))
         if status in (native.DONE, native.SIZE, native.MISMATCH, native.FAULT):

@@ -119,6 +119,94 @@ def test_async_calls_of_one_shape_reuse_a_spare_scratch(comm):
     assert sorted(map(id, sh.spares)) == sorted((id(s1), id(s2)))
 
 
+
+def _late_rank0(comm, seconds=1.0):
+    """Rank 0 starts ``seconds`` after the others (a barrier first)."""
+    import time
+
+    comm.barrier()
+    if comm.rank == 0:
+        time.sleep(seconds)
+
+
+def test_an_async_call_behind_one_in_flight_returns_at_once(comm):
+    """A second async call on a communicator whose previous one is still waiting
+    for its members does not wait for them either: its agreement is queued behind
+    the open one (published once that one has finished on this rank), so both
+    calls return at once while rank 0 is 1 s late; a third settles first (it waits
+    for the first agreement). Results exact, in any order of wait()."""
+    import time
+
+    n = comm.size
+    x, want = _sum_input(comm, "async-behind", 2 * n + 1)
+    on_board = comm._control.on_board
+    _late_rank0(comm)
+    t0 = time.monotonic()
+    h1 = comm.all_reduce(x, async_op=True)
+    h2 = comm.all_reduce(x + 1, async_op=True)
+    took = time.monotonic() - t0
+    if on_board and n > 1 and comm.rank != 0:
+        assert took < 0.5, f"two async calls took {took:.2f} s to return"
+        assert h2._ex.agreement.waiting_for is h1._ex.agreement
+        assert not h1.test() and not h2.test()
+    h3 = comm.all_reduce(x + 2, async_op=True)
+    assert_same(h2.wait(), want + n, "second async all_reduce")
+    assert_same(h3.wait(), want + 2 * n, "third async all_reduce")
+    assert_same(h1.wait(), want, "first async all_reduce")
+    assert_same(comm.all_reduce(x), want, "a blocking call after them")
+
+
+def test_a_mismatch_in_an_async_call_behind_another_is_raised_by_its_wait(comm):
+    """The queued agreement still compares: a count that differs on rank 0 in the
+    second call fails that call on every rank (from wait() on a board, at the call
+    where agreements are routed), and the first one completes right."""
+    from neuron_mpi.errors import CollectiveMismatchError
+
+    n = comm.size
+    if n < 2:
+        pytest.skip("needs 2 ranks")
+    sub = comm.split([list(range(n))])  # a mismatch fails its communicator for good
+    x, want = _sum_input(comm, "async-behind-mismatch", 2 * n)
+    _late_rank0(comm, 0.5)
+    h1 = sub.all_reduce(x, async_op=True)
+    y = x[:-1] if sub.rank == 0 else x
+    if not sub._control.on_board:
+        # the routed agreement: a call behind another agrees before it returns
+        with pytest.raises(CollectiveMismatchError, match="count"):
+            sub.all_reduce(y, async_op=True)
+        comm.barrier()
+        return
+    h2 = sub.all_reduce(y, async_op=True)
+    assert_same(h1.wait(), want, "the first call")
+    with pytest.raises(CollectiveMismatchError, match="count"):
+        h2.wait()
+    comm.barrier()
+
+
+def test_an_async_call_behind_one_that_times_out_fails_too(comm):
+    """When the call ahead ends inside its agreement (rank 0 never makes it: a
+    timeout), the one queued behind it can never agree: it fails too (its
+    communicator has failed), and nothing of it stays in flight."""
+    from neuron_mpi.errors import CollectiveTimeoutError, NeuronMPIError
+
+    n = comm.size
+    if n < 2:
+        pytest.skip("needs 2 ranks")
+    sub = comm.split([list(range(n))])
+    eng = comm._engine
+    if sub.rank != 0:
+        x = np.ones(8, np.float32)
+        h1 = sub.all_reduce(x, async_op=True, timeout=1.0)
+        h2 = sub.all_reduce(x, async_op=True, timeout=30.0)
+        with pytest.raises(CollectiveTimeoutError, match="no agreement"):
+            h1.wait()
+        with pytest.raises(NeuronMPIError):
+            h2.wait()
+        with eng.held():
+            eng.progress()
+            left = [ex for ex in eng.active if ex.comm_id == sub._id]
+        assert not left, "the queued call's execution left in flight"
+    comm.barrier()
 def test_a_lone_blocking_call_builds_no_execution(comm, monkeypatch):
     """On shared memory a blocking call with nothing else of the rank in flight is
     one compiled run on the calling thread (Communicator._run_alone), with no

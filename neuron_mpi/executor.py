@@ -428,6 +428,9 @@ class Execution:
         self.t_start = time.perf_counter()
         self.t_end = None
         self._tr = tracer  # neuron_mpi.tracing.Recorder, or None (tracing off)
+        # called once when it ends (done or failed), on the thread that ends it,
+        # with the engine's lock held: it must only signal (threading.Event.set)
+        self.on_done = None
 
     def waiting_for(self):
         """(step index, [(peer, xid)]) this execution still waits on: for diagnosis."""
@@ -481,6 +484,9 @@ class Execution:
         if not self.done:
             self.done = True
             self.t_end = time.perf_counter()
+            cb, self.on_done = self.on_done, None
+            if cb is not None:
+                cb()
 
     def advance(self) -> bool:
         """Run as far as arrived data allows; True once finished. Call with the

@@ -19,8 +19,9 @@ even splits) of at least ASYNC_MIN_BYTES, called with ``async_op=True`` (or from
 C++, as DDP's are), are in flight when they return: their
 ``Work`` (``_Work``) finishes while torch computes (the rank's agent moves the
 data), so ``dist.all_reduce(t, async_op=True)`` overlaps until ``work.wait()``.
-``get_future()`` waits for the call first (its future is complete), so DDP's
-comm hooks, which take the future at once, run as before. Every other call runs
+``get_future()`` gives a future that completes by itself when the call ends (a
+thread of this module completes it, outside the engine), so DDP's comm hooks,
+which take the future at once and wait at the end of backward, overlap too. Every other call runs
 to completion before it returns its ``Work`` (a completed future).
 
 The mapping of every ProcessGroup method to the Communicator call is the table in
@@ -94,8 +95,11 @@ def _done(value) -> dist.Work:
 class _Work(dist.Work):
     """The Work of a call in flight (a neuron_mpi Handle): ``wait()`` finishes it
     and raises its error; ``is_completed()`` asks without blocking; ``result()``
-    and ``get_future()`` wait first. ``finish``: what runs once the data is in
-    (e.g. a copy into an output tensor), before the Work counts as done."""
+    waits first. ``get_future()`` gives a future that completes by itself when the
+    call ends (the completer thread, _complete_futures), so DDP's comm hooks,
+    which take it at once and wait for it at the end of backward, overlap too.
+    ``finish``: what runs once the data is in (e.g. a copy into an output
+    tensor), before the Work counts as done."""
 
     def __init__(self, handle, value, finish=None):
         super().__init__()
@@ -105,6 +109,12 @@ class _Work(dist.Work):
         self._lock = threading.Lock()  # (wait() from two threads finishes it once)
         self._over = False
         self._error = None
+        self._fut = None
+        self.ended = threading.Event()  # set when the call's execution ends
+        ex = handle._ex
+        ex.on_done = self.ended.set
+        if ex.done:  # (ended before on_done was set: _finish reads it after done)
+            self.ended.set()
 
     def _complete(self) -> None:
         with self._lock:
@@ -155,14 +165,64 @@ class _Work(dist.Work):
         return self._value
 
     def get_future(self):
-        fut = torch.futures.Future()
+        with self._lock:
+            fut = self._fut
+            if fut is None:
+                fut = self._fut = torch.futures.Future()
+                if not self._over:
+                    _completer().put(self)
+                    return fut
+            else:
+                return fut
+        self._settle(fut)  # (already finished)
+        return fut
+
+    def _settle(self, fut) -> None:
+        """Finish the call and complete ``fut`` with its value or its error."""
         try:
             self._complete()
         except BaseException as e:
             fut.set_exception(e)
         else:
             fut.set_result(self._value)
-        return fut
+
+
+_COMPLETER: list = []  # the completer thread's queue, once started
+
+
+def _completer():
+    """The queue of the thread that completes get_future()'s futures (started on
+    first use)."""
+    if not _COMPLETER:
+        import queue
+
+        q = queue.SimpleQueue()
+        threading.Thread(target=_complete_futures, args=(q,), name="neuron_mpi-futures",
+                         daemon=True).start()
+        _COMPLETER.append(q)
+    return _COMPLETER[0]
+
+
+def _complete_futures(q) -> None:
+    """Complete the futures of calls in flight, in the order they were asked for,
+    each when its call's execution has ended: the agent moves the data, this thread
+    only waits (asleep) and then finishes the call (no data moves here, nothing
+    waits for the engine), so torch's callbacks on the future never run on the
+    agent or under the engine's lock. Past the call's timeout (NEURON_MPI_TIMEOUT)
+    the call is waited for as wait() does, which raises its timeout."""
+    import time
+
+    while True:
+        w = q.get()
+        try:
+            seconds = env.timeout_seconds()
+        except Exception:
+            seconds = None
+        end = None if seconds is None else time.monotonic() + seconds
+        while not w.ended.wait(1.0):
+            if end is not None and time.monotonic() >= end:
+                break
+        w._settle(w._fut)
 
 
 def _in_flight(opts, nbytes: int, *arrays) -> bool:

@@ -106,8 +106,10 @@ def test_large_calls_are_in_flight_while_torch_computes():
     all_to_all_single of at least ASYNC_MIN_BYTES return a Work in flight: it
     finishes while the rank sleeps outside the backend (is_completed() true before
     wait()); one that rank 0 joins 1 s late is not completed on the others right
-    after the call, and asking does not block. Small calls, and blocking ones
-    (asyncOp False), complete at the call. Results exact."""
+    after the call, and asking does not block; its get_future() completes by
+    itself (and runs its callbacks) once rank 0 joins, with nobody calling wait().
+    Small calls, and blocking ones (asyncOp False), complete at the call. Results
+    exact."""
     import time
 
     from neuron_mpi.torch import ASYNC_MIN_BYTES, _Work
@@ -140,8 +142,16 @@ def test_large_calls_are_in_flight_while_torch_computes():
         t0 = time.perf_counter()
         assert not w.is_completed() and not w.is_success()
         assert time.perf_counter() - t0 < 0.5  # (rank 0 still sleeps: nothing blocked)
-    fut = w.get_future()  # waits first: complete
-    assert fut.done() and torch.all(fut.wait()[0] == N)
+    fut = w.get_future()  # completes by itself when the call ends (no wait() here)
+    chained = fut.then(lambda f: float(f.value()[0].sum()))
+    if N > 1 and R != 0:
+        assert not fut.done()  # (rank 0 is still asleep)
+    t0 = time.monotonic()
+    while not chained.done():
+        assert time.monotonic() - t0 < 20, "the future of a call in flight never completed"
+        time.sleep(0.01)
+    assert w.is_completed() and torch.all(fut.value()[0] == N)
+    assert chained.value() == float(N * k) and w.get_future() is fut
     small = torch.ones(4)
     assert not isinstance(dist.all_reduce(small, async_op=True), _Work)  # done at the call
     opts = dist.AllreduceOptions()
@@ -149,6 +159,38 @@ def test_large_calls_are_in_flight_while_torch_computes():
     big = torch.ones(k)
     assert not isinstance(dist.group.WORLD.allreduce([big], opts), _Work)  # compiled, here
     assert torch.all(big == N)
+
+
+def test_ddp_buckets_of_at_least_64_kib_run_in_flight():
+    """DDP's gradient all-reduce (from C++, its future taken at once and waited
+    at the end of backward) goes in flight for a bucket of 64 KiB or more, and
+    the averaged gradients are exact."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from neuron_mpi.torch import NeuronProcessGroup, _Work
+
+    seen = []
+    orig = NeuronProcessGroup.allreduce
+
+    def spy(self, tensors, opts=None):
+        w = orig(self, tensors, opts)
+        seen.append(type(w))
+        return w
+
+    g = torch.Generator().manual_seed(0)
+    model = torch.nn.Linear(256, 128).double()  # 32896 parameters: a 257 KiB bucket
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randint(-2, 3, p.shape, generator=g, dtype=torch.float64))
+    NeuronProcessGroup.allreduce = spy
+    try:
+        ddp = DDP(model)
+        ddp(torch.full((4, 256), float(R + 1), dtype=torch.float64)).sum().backward()
+    finally:
+        NeuronProcessGroup.allreduce = orig
+    assert _Work in seen, seen
+    assert torch.all(model.weight.grad == 4 * (N + 1) / 2)  # mean over ranks of 4 (R + 1)
+    assert torch.all(model.bias.grad == 4)
 
 
 def test_a_mismatch_in_flight_is_raised_by_wait_on_every_rank():

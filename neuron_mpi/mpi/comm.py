@@ -204,14 +204,15 @@ def _reduce_rows(rows: np.ndarray, op: str) -> np.ndarray:
 
 
 class Request:
-    """A request of an I-call. The non-blocking collectives that write straight
-    into ``recvbuf`` (Iallreduce, Ireduce, Ireduce_scatter_block, Iscan, Iexscan,
-    Ibcast, Iallgather, Ialltoall, on the datatypes the kernels carry) are in
-    flight: the rank's agent moves them while the program computes, ``Test`` says
-    whether they are done without blocking, ``Wait`` finishes them (raising their
-    error). The other I-calls complete at the call (the Request is done); a receive
-    runs at Wait/Test; a send has left at the call. The buffers of a request in
-    flight are the call's until it completes, as in MPI."""
+    """A request of an I-call. The non-blocking collectives (Iallreduce, Ireduce,
+    Ireduce_scatter_block, Iscan, Iexscan, Ibcast, Iallgather, Iallgatherv,
+    Ialltoall, Ialltoallv, Igather, Iscatter; reductions on the datatypes the
+    kernels carry) are in flight: the rank's agent moves them while the program
+    computes, ``Test`` says whether they are done without blocking, ``Wait``
+    finishes them (raising their error; the -v forms place the result in
+    ``recvbuf`` then). The other I-calls complete at the call (the Request is
+    done); a receive runs at Wait/Test; a send has left at the call. The buffers
+    of a request in flight are the call's until it completes, as in MPI."""
 
     def __init__(self, run=None, handle=None):
         self._run = run
@@ -275,11 +276,14 @@ def _done() -> Request:
     return Request()
 
 
-def _started(h) -> Request:
-    """The Request of an I-call: in flight when the call returned a Handle."""
+def _started(h, then=None) -> Request:
+    """The Request of an I-call: in flight when the call returned a Handle.
+    ``then``: what Wait does with the call's result (place it in recvbuf)."""
     from ..comm import Handle
 
-    return Request(h.wait, h) if isinstance(h, Handle) else _done()
+    if not isinstance(h, Handle):
+        return _done()
+    return Request(h.wait if then is None else lambda: then(h.wait()), h)
 
 
 class Comm:
@@ -470,6 +474,11 @@ class Comm:
         return c.all_gather(_bytes(x), out=_bytes(out), async_op=async_op)
 
     def Allgatherv(self, sendbuf, recvbuf) -> None:
+        h, then = self._allgatherv(sendbuf, recvbuf, False)
+        then(h)
+
+    def _allgatherv(self, sendbuf, recvbuf, async_op):
+        """(the call's result or Handle, what places its result in recvbuf)"""
         c = self._c
         r = _Msg(recvbuf, "recvbuf")
         counts, displs = r.v(c.size)
@@ -479,10 +488,13 @@ class Comm:
             x = _Msg(sendbuf, "sendbuf").elems()
         self._check_dtype(x, r.a, "recvbuf")
         it = x.itemsize
-        res = c.all_gather_v(_bytes(x), [k * it for k in counts])
-        _place(r.a, res.view(r.a.dtype), counts, displs)
+        h = c.all_gather_v(_bytes(x), [k * it for k in counts], async_op=async_op)
+        return h, lambda res: _place(r.a, res.view(r.a.dtype), counts, displs)
 
     def Gather(self, sendbuf, recvbuf, root=0) -> None:
+        self._gather(sendbuf, recvbuf, root, False)
+
+    def _gather(self, sendbuf, recvbuf, root, async_op):
         c = self._c
         if c.rank == root:
             r = _Msg(recvbuf, "recvbuf")
@@ -491,9 +503,8 @@ class Comm:
             x = out[root * blk:(root + 1) * blk].copy() if _is_in_place(sendbuf) else \
                 _Msg(sendbuf, "sendbuf").elems()
             self._check_dtype(x, out, "recvbuf")
-            c.gather(_bytes(x), root, out=_bytes(out))
-        else:
-            c.gather(_bytes(_Msg(sendbuf, "sendbuf").elems()), root)
+            return c.gather(_bytes(x), root, out=_bytes(out), async_op=async_op)
+        return c.gather(_bytes(_Msg(sendbuf, "sendbuf").elems()), root, async_op=async_op)
 
     def Gatherv(self, sendbuf, recvbuf, root=0) -> None:
         c = self._c
@@ -517,20 +528,24 @@ class Comm:
             _place(r.a, res.view(r.a.dtype), counts, displs)
 
     def Scatter(self, sendbuf, recvbuf, root=0) -> None:
+        self._scatter(sendbuf, recvbuf, root, False)
+
+    def _scatter(self, sendbuf, recvbuf, root, async_op):
         c = self._c
         if c.rank == root and _is_in_place(recvbuf):
             s = _Msg(sendbuf, "sendbuf")
             blk = s.block(c.size)
-            out = s.a[root * blk:(root + 1) * blk].copy()
-            c.scatter(_bytes(s.a[:blk * c.size]), _bytes(out), root)
-            return
+            out = s.a[root * blk:(root + 1) * blk].copy()  # (its own block stays)
+            return c.scatter(_bytes(s.a[:blk * c.size]), _bytes(out), root,
+                             async_op=async_op)
         out = _Msg(recvbuf, "recvbuf").elems()
         x = None
         if c.rank == root:
             s = _Msg(sendbuf, "sendbuf")
             x = s.a[:s.block(c.size) * c.size]
             self._check_dtype(x, out, "recvbuf")
-        c.scatter(None if x is None else _bytes(x), _bytes(out), root)
+        return c.scatter(None if x is None else _bytes(x), _bytes(out), root,
+                         async_op=async_op)
 
     def Scatterv(self, sendbuf, recvbuf, root=0) -> None:
         c = self._c
@@ -572,6 +587,11 @@ class Comm:
         return c.all_to_all(_bytes(x), out=_bytes(out), async_op=async_op)
 
     def Alltoallv(self, sendbuf, recvbuf) -> None:
+        h, then = self._alltoallv(sendbuf, recvbuf, False)
+        then(h)
+
+    def _alltoallv(self, sendbuf, recvbuf, async_op):
+        """(the call's result or Handle, what places its result in recvbuf)"""
         c = self._c
         r = _Msg(recvbuf, "recvbuf")
         rc, rd = r.v(c.size)
@@ -585,8 +605,8 @@ class Comm:
         it = r.a.itemsize
         x = np.concatenate([_bytes(s_a[d:d + k]) for k, d in zip(sc, sd)]) if c.size else \
             np.empty(0, np.uint8)
-        res = c.all_to_all_v(x, [k * it for k in sc], [k * it for k in rc])
-        _place(r.a, res.view(r.a.dtype), rc, rd)
+        h = c.all_to_all_v(x, [k * it for k in sc], [k * it for k in rc], async_op=async_op)
+        return h, lambda res: _place(r.a, res.view(r.a.dtype), rc, rd)
 
     # non-blocking collectives that write into recvbuf: in flight (Request)
     def Ibcast(self, buf, root=0) -> Request:
@@ -613,6 +633,18 @@ class Comm:
     def Ialltoall(self, sendbuf, recvbuf) -> Request:
         return _started(self._alltoall(sendbuf, recvbuf, True))
 
+    def Igather(self, sendbuf, recvbuf, root=0) -> Request:
+        return _started(self._gather(sendbuf, recvbuf, root, True))
+
+    def Iscatter(self, sendbuf, recvbuf, root=0) -> Request:
+        return _started(self._scatter(sendbuf, recvbuf, root, True))
+
+    def Iallgatherv(self, sendbuf, recvbuf) -> Request:
+        return _started(*self._allgatherv(sendbuf, recvbuf, True))
+
+    def Ialltoallv(self, sendbuf, recvbuf) -> Request:
+        return _started(*self._alltoallv(sendbuf, recvbuf, True))
+
     # the other non-blocking collectives complete at the call
     def _now(method):
         def run(self, *args, **kwargs):
@@ -623,12 +655,8 @@ class Comm:
         return run
 
     Ireduce_scatter = _now(Reduce_scatter)
-    Iallgatherv = _now(Allgatherv)
-    Igather = _now(Gather)
     Igatherv = _now(Gatherv)
-    Iscatter = _now(Scatter)
     Iscatterv = _now(Scatterv)
-    Ialltoallv = _now(Alltoallv)
     del _now
 
     # --- point to point -----------------------------------------------------------------

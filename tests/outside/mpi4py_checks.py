@@ -60,8 +60,8 @@ def test_scan_and_reductions_on_array_array():
 
 
 def test_nonblocking_collectives_progress_while_the_rank_sleeps():
-    """Iallreduce, Iallgather, Ialltoall, Ireduce_scatter_block and Ibcast are in
-    flight when they return: the rank's agent finishes them while the program
+    """Iallreduce, Iallgather, Ialltoall, Ireduce_scatter_block, Ibcast,
+    Iallgatherv, Igather, Iscatter and Ialltoallv are in flight when they return: the rank's agent finishes them while the program
     sleeps outside MPI, so Test is already true afterwards (without blocking);
     Wait leaves the results in recvbuf. Test of one still in flight is False and
     does not block, nor does Testall's."""
@@ -79,10 +79,22 @@ def test_nonblocking_collectives_progress_while_the_rank_sleeps():
     rs_in = np.arange(3 * N, dtype=np.float64)
     rs_out = np.empty(3, np.float64)
     b = np.arange(5, dtype=np.float64) if R == 0 else np.zeros(5)
+    counts = [r % 3 + 1 for r in range(N)]
+    displs = list(np.cumsum([0] + counts[:-1]))
+    v_out = np.full(sum(counts), -1.0)
+    gat = np.full(2 * N, -1, np.int32) if R == N - 1 else None
+    sca = np.empty(2, np.int64)
+    sc = [j + 1 for j in range(N)]
+    av_in = np.concatenate([np.full(j + 1, 10 * R + j, np.int32) for j in range(N)])
+    av_out = np.empty((R + 1) * N, np.int32)
     W.Barrier()
     reqs = [W.Iallreduce(x, s_out, MPI.SUM), W.Iallgather(g_in, g_out),
             W.Ialltoall(a_in, a_out), W.Ireduce_scatter_block(rs_in, rs_out, MPI.SUM),
-            W.Ibcast(b, root=0)]
+            W.Ibcast(b, root=0),
+            W.Iallgatherv(np.full(counts[R], R, np.float64), [v_out, counts, displs, MPI.DOUBLE]),
+            W.Igather(np.full(2, R, np.int32), gat, root=N - 1),
+            W.Iscatter(np.arange(2 * N, dtype=np.int64) if R == 0 else None, sca, root=0),
+            W.Ialltoallv([av_in, sc, MPI.INT], [av_out, [R + 1] * N, MPI.INT])]
     if N > 1:
         assert all(isinstance(q._handle, Handle) for q in reqs)  # in flight
     time.sleep(1.0)
@@ -95,6 +107,13 @@ def test_nonblocking_collectives_progress_while_the_rank_sleeps():
                                            for k in range(2)], np.int64))
     assert np.array_equal(rs_out, np.arange(3 * R, 3 * R + 3, dtype=np.float64) * N)
     assert np.array_equal(b, np.arange(5, dtype=np.float64))
+    assert np.array_equal(v_out, np.concatenate([np.full(c, r, np.float64)
+                                                 for r, c in enumerate(counts)]))
+    if R == N - 1:
+        assert np.array_equal(gat, np.repeat(np.arange(N, dtype=np.int32), 2))
+    assert np.array_equal(sca, np.arange(2 * R, 2 * R + 2, dtype=np.int64))
+    assert np.array_equal(av_out, np.concatenate([np.full(R + 1, 10 * s + R, np.int32)
+                                                  for s in range(N)]))
     # one still in flight: rank 0 joins 1 s late
     y = np.full(8, R + 1, np.int64)
     out = np.empty(8, np.int64)

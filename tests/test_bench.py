@@ -281,9 +281,9 @@ def test_check_data_slices_agree():
 
 
 # --- MPI: the benchmark under neuron-mpirun -------------------------------------------------
-def _launch(args, timeout=240, program=None, **env):
+def _launch(args, timeout=240, program=None, ranks=8, **env):
     program = program or [sys.executable, "-m", "neuron_mpi.bench"]
-    cmd = [str(LAUNCHER), "--instance", "trn2.48xlarge", "-n", "8", "--timeout",
+    cmd = [str(LAUNCHER), "--instance", "trn2.48xlarge", "-n", str(ranks), "--timeout",
            str(timeout - 20), *program, *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                           env=child_env(ENV, **env), cwd=ROOT)
@@ -371,21 +371,22 @@ def test_overlap_benchmark_reports_both_measures(tmp_path):
 @pytest.mark.parametrize("api", ["mpi4py", "torch"])
 def test_overlap_benchmark_through_the_front_ends(tmp_path, api):
     """--api mpi4py (Iallreduce) and --api torch (all_reduce with async_op=True,
-    MAX in place): the same rows, results checked (0 wrong), the API named in the
-    JSON; --fresh-results is refused with another API, naming the option."""
+    MAX in place), at 2 ranks: the same rows, results checked (0 wrong), the API
+    named in the JSON; --fresh-results is refused with another API, naming the
+    option."""
     if api == "torch":
         pytest.importorskip("torch")
     out = tmp_path / "o.json"
     prog = [sys.executable, str(ROOT / "benchmarks" / "overlap.py")]
     res = _launch(["--api", api, "--bytes", "256KB", "--iters", "2", "--loop-iters", "2",
-                   "--json", str(out)], program=prog)
+                   "--json", str(out)], program=prog, ranks=2)
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"through {api}" in res.stdout
     [r] = json.loads(out.read_text())
     assert r["api"] == api and r["wrong"] == 0 and r["bytes"] == 256 << 10
     assert r["overlap"] == pytest.approx((r["T_ms"] + r["C_ms"] - r["wall_ms"]) /
                                          min(r["T_ms"], r["C_ms"]))
-    bad = _launch(["--api", api, "--fresh-results"], program=prog, timeout=120)
+    bad = _launch(["--api", api, "--fresh-results"], program=prog, timeout=120, ranks=2)
     assert bad.returncode != 0 and "--fresh-results" in bad.stderr
 
 

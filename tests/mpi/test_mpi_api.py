@@ -133,13 +133,15 @@ def test_an_async_call_behind_one_in_flight_returns_at_once(comm):
     """A second async call on a communicator whose previous one is still waiting
     for its members does not wait for them either: its agreement is queued behind
     the open one (published once that one has finished on this rank), so both
-    calls return at once while rank 0 is late (1 s, 3 s past 8 ranks); a third
+    calls return at once while rank 0 is 1 s late; a third
     settles first (it waits for the first agreement). Results exact, in any order
     of wait(). (Every rank makes every call before anything is asserted.)"""
     import time
 
     n = comm.size
-    late = 1.0 if n <= 8 else 3.0
+    if n > 8:
+        pytest.skip("rank 0 sleeps: ran at 1 to 8 ranks (the queueing does not depend on n)")
+    late = 1.0
     x, want = _sum_input(comm, "async-behind", 2 * n + 1)
     on_board = comm._control.on_board
     _late_rank0(comm, late)
@@ -168,8 +170,8 @@ def test_a_mismatch_in_an_async_call_behind_another_is_raised_by_its_wait(comm):
     from neuron_mpi.errors import CollectiveMismatchError
 
     n = comm.size
-    if n < 2:
-        pytest.skip("needs 2 ranks")
+    if n < 2 or n > 8:
+        pytest.skip("rank 0 sleeps: ran at 2 to 8 ranks")
     sub = comm.split([list(range(n))])  # a mismatch fails its communicator for good
     x, want = _sum_input(comm, "async-behind-mismatch", 2 * n)
     _late_rank0(comm, 0.5)
@@ -199,8 +201,9 @@ def test_an_async_call_behind_one_that_times_out_fails_too(comm):
     from neuron_mpi.errors import CollectiveTimeoutError, NeuronMPIError
 
     n = comm.size
-    if n < 2 or not comm._control.on_board:
-        pytest.skip("needs 2 ranks and a board (a routed agreement is made at the call)")
+    if n < 2 or n > 8 or not comm._control.on_board:
+        pytest.skip("needs 2 to 8 ranks (a timeout: ran at up to 8) and a board (a "
+                    "routed agreement is made at the call)")
     sub = comm.split([list(range(n))])
     eng = comm._engine
     try:
@@ -398,7 +401,7 @@ def test_a_failed_read_of_a_piece_copied_aside_leaves_the_rank_alive(comm, monke
         pid = int(g[native.G_PID])
         g[native.G_PID] = 2 ** 22 + 12345  # above pid_max: the reads fail (ESRCH)
         try:
-            sub.permute(x, [[0, 1]], timeout=5.0)
+            sub.permute(x, [[0, 1]], timeout=2.5)
         except CollectiveTimeoutError:
             pass  # pieces posted after the receiver gave up are never read
         finally:

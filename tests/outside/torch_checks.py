@@ -124,10 +124,11 @@ def test_large_calls_are_in_flight_while_torch_computes():
              dist.all_gather_into_tensor(g_out, g_in, async_op=True),
              dist.reduce_scatter_tensor(rs_out, rs_in, async_op=True),
              dist.all_to_all_single(a_out, a_in, async_op=True)]
-    assert all(isinstance(w, _Work) for w in works)
+    in_flight = all(isinstance(w, _Work) for w in works)
     time.sleep(1.0)
-    assert all(w.is_completed() for w in works)  # done while this rank slept
-    assert all(w.wait() for w in works) and all(w.is_success() for w in works)
+    done_asleep = all(w.is_completed() for w in works)  # done while this rank slept
+    waited = all(w.wait() for w in works)  # (every rank, before any assertion)
+    assert in_flight and done_asleep and waited and all(w.is_success() for w in works)
     assert torch.all(t == N * (N + 1) / 2)
     assert torch.equal(g_out, torch.arange(N, dtype=torch.float32).repeat_interleave(k))
     assert torch.equal(rs_out, torch.arange(R * k, (R + 1) * k, dtype=torch.float32) * N)
@@ -138,18 +139,20 @@ def test_large_calls_are_in_flight_while_torch_computes():
     if R == 0:
         time.sleep(1.0)
     w = dist.all_reduce(late, async_op=True)
-    if N > 1 and R != 0:
-        t0 = time.perf_counter()
-        assert not w.is_completed() and not w.is_success()
-        assert time.perf_counter() - t0 < 0.5  # (rank 0 still sleeps: nothing blocked)
+    t0 = time.perf_counter()
+    early = (w.is_completed(), w.is_success())
+    asked = time.perf_counter() - t0
     fut = w.get_future()  # completes by itself when the call ends (no wait() here)
     chained = fut.then(lambda f: float(f.value()[0].sum()))
-    if N > 1 and R != 0:
-        assert not fut.done()  # (rank 0 is still asleep)
+    fut_early = fut.done()
     t0 = time.monotonic()
-    while not chained.done():
-        assert time.monotonic() - t0 < 20, "the future of a call in flight never completed"
+    while not chained.done() and time.monotonic() - t0 < 20:
         time.sleep(0.01)
+    by_itself = chained.done()
+    w.wait()  # (every rank, before any assertion)
+    if N > 1 and R != 0:  # (rank 0 still slept: nothing blocked, nothing done)
+        assert early == (False, False) and asked < 0.5 and not fut_early, (early, asked)
+    assert by_itself, "the future of a call in flight never completed by itself"
     assert w.is_completed() and torch.all(fut.value()[0] == N)
     assert chained.value() == float(N * k) and w.get_future() is fut
     small = torch.ones(4)

@@ -341,12 +341,17 @@ def test_all_to_all_v_agrees_in_its_compiled_run(comm, monkeypatch):
     assert exchanged == ([] if n == 1 or compiled else ["all_to_all_v"] * 2), exchanged
 
 
-def test_a_failed_read_in_a_lone_call_is_raised_at_once(comm, monkeypatch):
-    """A blocking call run alone whose read of a piece from its sender's buffer
-    fails reports that read (the general path acts on the status the lone run
-    ended with) at once, not after its timeout."""
+def _failing_reads(comm, monkeypatch, tag, nbytes, sender_timeout, after=None):
+    """Rank 0 of a new communicator of every rank permutes ``nbytes(eng)`` bytes to
+    rank 1 with its pid replaced by one above pid_max, so that every read of its
+    buffer fails (ESRCH), without an agreement (rank 0 goes ahead). Rank 1's call
+    must raise that read's error at once; ``after(sub)`` then runs on rank 1. Rank
+    0's call must end done, or, given ``after`` (pieces posted after rank 1 gave
+    up), may end at ``sender_timeout`` with CollectiveTimeoutError. Then the session's communicator must still work. Only where ranks 0 and 1 read
+    each other's buffers; the others (and those) meet at a barrier."""
     import time
 
+    from neuron_mpi.errors import CollectiveTimeoutError
     from neuron_mpi.transport import native
 
     monkeypatch.setenv("NEURON_MPI_CHECK", "0")  # no agreement: rank 0 goes ahead
@@ -354,24 +359,40 @@ def test_a_failed_read_in_a_lone_call_is_raised_at_once(comm, monkeypatch):
     eng = comm._engine
     reads = sub.size > 1 and eng.shm is not None and eng.mpi is None and \
         int(eng.shm.g[native.G_PULL]) > 0 and eng.shm.reaches(sub._ranks[1])
-    x = np.ones(64 * 1024, np.float32)  # one piece of 256 KiB, left in rank 0's buffer
-    if reads and sub.rank == 0:
-        g = eng.shm.g
-        pid = int(g[native.G_PID])
-        g[native.G_PID] = 2 ** 22 + 12345  # above pid_max: the read fails (ESRCH)
-        try:
-            sub.permute(x, [[0, 1]], timeout=20.0)  # done once rank 1 has given up
-        finally:
-            g[native.G_PID] = pid
-    elif reads and sub.rank == 1:
-        t0 = time.monotonic()
-        with pytest.raises(RuntimeError, match="from rank 0's buffer failed \\(errno 3"):
-            sub.permute(x, [[0, 1]], timeout=20.0)
-        assert time.monotonic() - t0 < 10
-    comm.barrier()
+    x = np.ones(nbytes(eng, sub) // 4 if reads else 1, np.float32)
+    try:
+        if reads and sub.rank == 0:
+            g = eng.shm.g
+            pid = int(g[native.G_PID])
+            g[native.G_PID] = 2 ** 22 + 12345  # above pid_max: the reads fail (ESRCH)
+            try:
+                sub.permute(x, [[0, 1]], timeout=sender_timeout)
+            except CollectiveTimeoutError:
+                if after is None:
+                    raise
+                # (pieces posted after the receiver gave up are never read)
+            finally:
+                g[native.G_PID] = pid
+        elif reads and sub.rank == 1:
+            t0 = time.monotonic()
+            with pytest.raises(RuntimeError, match="from rank 0's buffer failed \\(errno 3"):
+                sub.permute(x, [[0, 1]], timeout=20.0)
+            assert time.monotonic() - t0 < 10
+            if after is not None:
+                after(sub)
+    finally:
+        comm.barrier()  # (every rank, whatever failed above)
     monkeypatch.delenv("NEURON_MPI_CHECK")
-    xs, want = _sum_input(comm, "after-failed-read", 4)
+    xs, want = _sum_input(comm, tag, 4)
     assert_same(comm.all_reduce(xs), want, "the session's communicator still works")
+
+
+def test_a_failed_read_in_a_lone_call_is_raised_at_once(comm, monkeypatch):
+    """A blocking call run alone whose read of a piece from its sender's buffer
+    fails reports that read (the general path acts on the status the lone run
+    ended with) at once, not after its timeout; its sender's call is done once
+    the receiver has given up (one piece of 256 KiB, left in rank 0's buffer)."""
+    _failing_reads(comm, monkeypatch, "after-failed-read", lambda eng, sub: 256 * 1024, 20.0)
 
 
 def test_a_failed_read_of_a_piece_copied_aside_leaves_the_rank_alive(comm, monkeypatch):
@@ -383,42 +404,20 @@ def test_a_failed_read_of_a_piece_copied_aside_leaves_the_rank_alive(comm, monke
     The sender's call ends (done, or its deadline); both ranks go on."""
     import time
 
-    from neuron_mpi.errors import CollectiveTimeoutError
-    from neuron_mpi.transport import native
-
     if comm.size > 8:
         pytest.skip("two ranks of the launch are enough; ran at 2 to 8 ranks")
-    monkeypatch.setenv("NEURON_MPI_CHECK", "0")  # no agreement: rank 0 goes ahead
-    sub = comm.split([list(range(comm.size))])
     eng = comm._engine
-    reads = sub.size > 1 and eng.shm is not None and eng.mpi is None and \
-        int(eng.shm.g[native.G_PULL]) > 0 and eng.shm.reaches(sub._ranks[1])
-    per = eng.piece_for(sub._ranks[0], sub._ranks[1]) if reads else 0
-    pieces = eng.shm.K + 2 if reads else 0  # a full channel and one more waiting
-    x = np.ones(pieces * per // 4, np.float32)
-    if reads and sub.rank == 0:
-        g = eng.shm.g
-        pid = int(g[native.G_PID])
-        g[native.G_PID] = 2 ** 22 + 12345  # above pid_max: the reads fail (ESRCH)
-        try:
-            sub.permute(x, [[0, 1]], timeout=2.5)
-        except CollectiveTimeoutError:
-            pass  # pieces posted after the receiver gave up are never read
-        finally:
-            g[native.G_PID] = pid
-    elif reads and sub.rank == 1:
-        t0 = time.monotonic()
-        with pytest.raises(RuntimeError, match="from rank 0's buffer failed \\(errno 3"):
-            sub.permute(x, [[0, 1]], timeout=20.0)
-        assert time.monotonic() - t0 < 10
+
+    def none_left(sub):
         time.sleep(0.5)  # the agent copies aside what rank 0 posts meanwhile
         with eng.held():
             left = [k for k in eng.inbox if k[0] == sub._id]
         assert not left, "dropped with the communicator"
-    comm.barrier()
-    monkeypatch.delenv("NEURON_MPI_CHECK")
-    xs, want = _sum_input(comm, "after-failed-read-aside", 4)
-    assert_same(comm.all_reduce(xs), want, "the session's communicator still works")
+
+    # a full channel and one more piece waiting
+    _failing_reads(comm, monkeypatch, "after-failed-read-aside",
+                   lambda eng, sub: (eng.shm.K + 2) * eng.piece_for(sub._ranks[0], sub._ranks[1]),
+                   2.5, none_left)
 
 
 def test_environment_algorithm_read_at_every_call_of_one_shape(comm, monkeypatch):

@@ -98,14 +98,13 @@ class _Work(dist.Work):
     waits first. ``get_future()`` gives a future that completes by itself when the
     call ends (the completer thread, _complete_futures), so DDP's comm hooks,
     which take it at once and wait for it at the end of backward, overlap too.
-    ``finish``: what runs once the data is in (e.g. a copy into an output
-    tensor), before the Work counts as done."""
+    Every call put in flight writes its result in place: ``value`` (what
+    result() and the future give) is ready once the handle's wait() returns."""
 
-    def __init__(self, handle, value, finish=None):
+    def __init__(self, handle, value):
         super().__init__()
         self._h = handle
         self._value = value
-        self._then = finish
         self._lock = threading.Lock()  # (wait() from two threads finishes it once)
         self._over = False
         self._error = None
@@ -121,12 +120,10 @@ class _Work(dist.Work):
             if not self._over:
                 try:
                     self._h.wait()
-                    if self._then is not None:
-                        self._then()
                 except BaseException as e:
                     self._error = e
                 self._over = True
-                self._h = self._then = None
+                self._h = None
         if self._error is not None:
             raise self._error
 

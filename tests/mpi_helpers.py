@@ -14,12 +14,19 @@ way in any order, so they are exact anyway.
 """
 from __future__ import annotations
 
+import os
 import zlib
 
 import ml_dtypes
 import numpy as np
 
 from neuron_mpi.algorithms import registry
+
+# The launch's size, known before MPI starts (parametrizations are built at
+# collection); 1 outside mpiexec. Checks of mechanics that do not depend on the
+# topology run whole in small worlds (<= SMALL_WORLD ranks) and in part above.
+WORLD_HINT = int(os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("PMI_SIZE") or 1)
+SMALL_WORLD = 8
 
 DTYPES = {
     "fp32": np.dtype(np.float32),

@@ -6,7 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mpi_helpers import DTYPES, applies, assert_same, int_table, reduce_ref, seed_of, table, to_dtype
+from mpi_helpers import (DTYPES, SMALL_WORLD, WORLD_HINT, applies, assert_same, int_table,
+                         reduce_ref, seed_of, table, to_dtype)
+
+# shapes and the shape cache's keys do not depend on the topology: small worlds only
+_small_world_only = pytest.mark.skipif(
+    WORLD_HINT > SMALL_WORLD, reason=f"topology-independent; runs at up to {SMALL_WORLD} ranks")
 
 pytestmark = pytest.mark.mpi
 F32, I32, BF16 = DTYPES["fp32"], DTYPES["int32"], DTYPES["bf16"]
@@ -420,6 +425,7 @@ def test_a_failed_read_of_a_piece_copied_aside_leaves_the_rank_alive(comm, monke
                    2.5, none_left)
 
 
+@_small_world_only
 def test_environment_algorithm_read_at_every_call_of_one_shape(comm, monkeypatch):
     """The shape cache keys on NEURON_MPI_ALGO as read at the call: the same call
     runs ring, then mesh, then the default again."""
@@ -568,6 +574,7 @@ def test_non_contiguous_out(comm):
     assert_same(grid[:, 0], np.zeros(n, I32), "the other column")
 
 
+@_small_world_only
 def test_multi_dimensional(comm):
     n, me = comm.size, comm.rank
     shape = (2 * n, 3, 2)

@@ -21,17 +21,16 @@ import pytest
 
 import neuron_mpi as nm
 from mpi_helpers import (DTYPE_NAMES, DTYPES, LEVELS, OPS, applies, assert_same,
-                         count_matrix, counts, diff, int_table, permutation, reduce_ref,
-                         seed_of, settled_bytes, table, to_dtype)
+                         SMALL_WORLD, WORLD_HINT, count_matrix, counts, diff, int_table,
+                         permutation, reduce_ref, seed_of, settled_bytes, table, to_dtype)
 
 pytestmark = pytest.mark.mpi
 
-_SIZE_HINT = int(os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("PMI_SIZE") or 1)
 # full: every op x dtype for every algorithm; reduced: every dtype twice (with two
 # different ops, the ops rotating) for the default algorithm, once for each forced
 # one; slim (64 ranks): every dtype once for the default algorithm, two per forced one
 LEVEL = os.environ.get("NEURON_MPI_TEST_LEVEL") or (
-    "full" if _SIZE_HINT <= 8 else "reduced" if _SIZE_HINT <= 32 else "slim")
+    "full" if WORLD_HINT <= SMALL_WORLD else "reduced" if WORLD_HINT <= 32 else "slim")
 FULL = LEVEL == "full"
 
 @dataclass

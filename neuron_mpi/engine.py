@@ -417,8 +417,10 @@ class Engine:
             if not self.lock.acquire(blocking=False):
                 self._claim()  # (drive(), without its loop)
             try:
-                if self.active or self.outq or self.inbox or self.mpi is not None:
+                if self.active or self.outq or self.inbox:
                     return None  # (not solo(): written out, as on every small call)
+                if self.mpi is not None:
+                    return self._run_alone_polling(args, deadline)
                 return native.exec_run(*args, NO_CLAIM,
                                        -1 if deadline is None else deadline_ns(deadline))
             finally:
@@ -427,6 +429,27 @@ class Engine:
             self.driving -= 1
             if self.background():
                 self.agent.poke()
+
+    def _run_alone_polling(self, args, deadline):
+        """run_alone beside an MPI transport (ranks on other hosts; the run itself
+        stays in this domain: its plan is compiled). Nothing tells this thread that
+        a message came over MPI, so the run sleeps on the doorbell for at most
+        POLL_MAX at a time and the transport is polled in between; once anything
+        came (to keep or to forward) or is still going out, the general path takes
+        over, adopting the run (status TIMEOUT, the call's deadline not passed: it
+        goes on from there). None: nothing run (sends still going out)."""
+        if self.mpi.pending():
+            return None
+        while True:
+            end = time.monotonic() + POLL_MAX
+            if deadline is not None and deadline < end:
+                end = deadline
+            status = native.exec_run(*args, NO_CLAIM, deadline_ns(end))
+            if status != native.TIMEOUT or end == deadline:
+                return status
+            self.progress()  # (what came over MPI: filed, or forwarded)
+            if self.inbox or self.outq or self.active or self.mpi.pending():
+                return status
 
     def background(self) -> bool:
         """Work the agent must do while no caller drives: executions in flight,

@@ -96,7 +96,7 @@ CONFIGS = [
             "NEURON_MPI_SHM": "node", "NEURON_MPI_SHM_SLOT_KIB": "4",
             "NEURON_MPI_SHM_READ_KIB": "2", "NEURON_MPI_SHM_READ_PIECE_KIB": "16",
             "NEURON_MPI_TEST_LEVEL": "slim"},
-           files=("test_mpi_collectives.py", "test_mpi_link_stats.py"),
+           files=("test_mpi_collectives.py", "test_mpi_groups.py", "test_mpi_link_stats.py"),
            limit=600, test_timeout=240),
 ]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 import neuron_mpi as nm
 from mpi_helpers import (DTYPES, LEVELS, applies, assert_same, int_table, reduce_ref,
@@ -80,6 +81,65 @@ def test_all_reduce_tp_then_dp(comm, tpdp, op, dn):
     if op == "sum" and n % len(tp_groups[0]) == 0:  # a full grid: TP then DP sums the world
         twice = dp.all_reduce(got_tp)
         assert_same(twice, reduce_ref(ints, "sum", dt), "TP then DP == world")
+
+
+def test_tp_inside_a_domain_runs_alone_beside_mpi(comm, tpdp, monkeypatch):
+    """A blocking TP call whose group lies inside this rank's shared-memory domain
+    is one compiled run on the calling thread (no Execution), also where the job
+    reaches other domains over MPI (NEURON_MPI_SHM=node, several hosts): the run
+    sleeps on the doorbell between polls of MPI (Engine._run_alone_polling).
+    Before, any MPI transport sent every call down the general path (2 x 32 trn1
+    ranks, a node's TP all-reduce of 8 KiB: 46 ms a call against 10 ms on one
+    domain). The DP calls across the domains interleave, and every result is the
+    same; sendrecv inside the group runs alone too."""
+    from neuron_mpi import executor
+
+    tp, dp, tp_groups, dp_groups = tpdp
+    n, me = comm.size, comm.rank
+    eng = comm._engine
+    inside = eng.native and eng.shm is not None and tp.size > 1 and all(
+        eng.shm.reaches(r) for r in tp._ranks)
+    made = []
+    init = executor.Execution.__init__
+
+    def counting(self, *args, **kwargs):
+        op = args[5] if len(args) > 5 else kwargs.get("op")
+        if op != "agreement":
+            made.append(op)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(executor.Execution, "__init__", counting)
+    g_tp, g_dp = _my_group(tp_groups, me), _my_group(dp_groups, me)
+    ints = int_table(seed_of("tp-alone", n), n, 3 * n + 1, DTYPES["fp32"], "sum")
+    x = to_dtype(ints[me], DTYPES["fp32"])
+    out = np.empty(7, np.int64)
+    nxt, prv = (tp.rank + 1) % tp.size, (tp.rank - 1) % tp.size
+    # between two barriers of MPI's own (nothing comes over this job's MPI transport
+    # meanwhile): the first call may find the last test's sends still going out
+    MPI.COMM_WORLD.Barrier()
+    got, tp_made = [], []
+    for _ in range(3):
+        made.clear()
+        got.append(tp.all_reduce(x))
+        tp_made.append(list(made))
+    made.clear()
+    tp.sendrecv(np.full(7, me, np.int64), nxt, out, prv)
+    sr_made = list(made)
+    MPI.COMM_WORLD.Barrier()
+    got_dp = dp.all_reduce(x)  # across the domains, then inside again
+    got.append(tp.all_reduce(got_dp))
+    comm.barrier()  # (every rank made every call before anything is asserted)
+    want_tp = reduce_ref(ints[g_tp], "sum", DTYPES["fp32"])
+    for i in range(3):
+        assert_same(got[i], want_tp, "TP all_reduce")
+    assert (out == g_tp[prv]).all()
+    want_dp = reduce_ref(ints[g_dp], "sum", DTYPES["fp32"])
+    assert_same(got_dp, want_dp, "DP all_reduce")
+    if n % len(g_tp) == 0 and len(g_tp) * len(g_dp) == n:  # a full grid: the world's sum
+        assert_same(got[3], reduce_ref(ints, "sum", DTYPES["fp32"]), "DP then TP")
+    if inside:
+        assert tp_made[1:] == [[], []], (tp_made, eng.mpi is not None)
+        assert sr_made == [], sr_made
 
 
 def test_tp_and_dp_in_flight_together(comm, tpdp):

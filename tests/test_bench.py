@@ -408,3 +408,16 @@ def test_call_cost_benchmark_checks_and_reports(op):
     assert "results exact: yes" in res.stdout
     assert (f"# {op} on 8 ranks" if op == "barrier" else f"# {op} of 8KB on 8 ranks") \
         in res.stdout
+
+
+def test_call_cost_benchmark_on_groups():
+    """benchmarks/call_cost.py --groups 2 on 8 ranks: each rank calls on its half
+    (neuron_mpi and MPI alike), every result exact; a count that does not divide
+    the ranks is refused naming --groups, on every rank, before init."""
+    prog = [sys.executable, str(ROOT / "benchmarks" / "call_cost.py")]
+    res = _launch(["--op", "reduce_scatter", "--calls", "30", "--groups", "2"], program=prog)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "# reduce_scatter of 8KB on 2 groups of 4 of 8 ranks" in res.stdout, res.stdout
+    assert "results exact: yes" in res.stdout
+    bad = _launch(["--groups", "3"], program=prog, timeout=120)
+    assert bad.returncode != 0 and "--groups: expected a divisor of the 8 ranks" in bad.stderr

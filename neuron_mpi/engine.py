@@ -118,7 +118,7 @@ class _Held:
 
 class Engine:
     def __init__(self, comm: MPI.Comm, topo, piece_bytes: int, shm=None, mpi=None,
-                 read_piece: int = 0):
+                 read_piece: int = 0, domains=None):
         self.comm = comm
         self.rank = comm.Get_rank()
         self.topo = topo
@@ -137,7 +137,7 @@ class Engine:
         if shm is not None:
             self._ledger = shm.ledger()
             local = shm.local
-            self.hops = NextHops(topo, self.rank, shm.members, lambda r: local[r])
+            self.hops = NextHops(topo, self.rank, shm.members, lambda r: local[r], domains)
             self._my_row = local[self.rank]
             self.bell = Bell(*shm.bell(), ring=shm.ringer(0))
             agent_bell = Bell(*shm.agent_bell(), ring=shm.ringer(2))
@@ -206,9 +206,11 @@ class Engine:
         the routed agreement (negative call numbers) or the census (transfer numbers
         at CENSUS_XID and below). Point-to-point messages (transfer -1 - source rank)
         are counted."""
+        self._charge_links(hop.charges, nbytes, key)
+
+    def _charge_links(self, c, nbytes: int, key) -> None:
         if key[1] < 0 or key[2] <= CENSUS_XID:
             return
-        c = hop.charges
         if len(c) == 2:
             A.fetch_add(self._ledger, c[0], nbytes)
             A.fetch_add(self._ledger, c[1], 1)
@@ -238,8 +240,14 @@ class Engine:
         did = self._flush_outq() if self.outq else False
         arrivals: list[Arrival] = []
         if self.mpi is not None:  # pieces pass through this rank only across domains
-            for t in self.transports:
-                t.collect(arrivals)
+            if self.shm is not None:
+                self.shm.collect(arrivals)
+            n = len(arrivals)
+            self.mpi.collect(arrivals)
+            for a in arrivals[n:]:  # over MPI: the links crossed inside this domain
+                entry = self.hops.entry(a.origin, a.dst)  # on the way here
+                if entry:
+                    self._charge_links(entry, a.data.nbytes, a.key)
         if arrivals:
             did = True
             self._file(arrivals)
@@ -294,6 +302,11 @@ class Engine:
             p = Pending(hop, header, a.data)
             p.private = True
             self.outq.append(p)
+
+    def queued(self, comm_id: int, seq: int) -> bool:
+        """Pieces of call ``seq`` of communicator ``comm_id`` still wait here for room
+        at their next rank (call with the lock held)."""
+        return any(p.header[0] == comm_id and p.header[1] == seq for p in self.outq)
 
     def take(self, key) -> Arrival | None:
         """The piece with this key, if it has arrived (call with the lock held).
@@ -724,6 +737,11 @@ def make_engine(world: MPI.Comm, topo) -> Engine:
             if every[0]:
                 read_piece = int(agreed[3]) * 1024
         dom.Free()
+    # every rank's domain (its first member; -1: none), for messages over MPI to go
+    # straight to the furthest rank of their route in the next domain
+    mine = np.array([min(shm.members) if shm is not None else -1], np.int64)
+    domains = np.empty(topo.size, np.int64)
+    comm.Allgather(mine, domains)
     everyone_local = shm is not None and len(shm.members) == topo.size
     all_local = np.array([1 if everyone_local else 0], np.int64)
     agreed1 = np.empty_like(all_local)
@@ -736,4 +754,4 @@ def make_engine(world: MPI.Comm, topo) -> Engine:
         # launch on 2 cores); numba's own are compiled or loaded now, not in the
         # middle of a rank's first call or of its agent's progress
         native.warm_reductions()
-    return Engine(comm, topo, piece, shm, mpi, read_piece)
+    return Engine(comm, topo, piece, shm, mpi, read_piece, domains.tolist())

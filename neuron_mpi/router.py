@@ -66,17 +66,23 @@ class NextHops:
     A message from ``origin`` to ``dst`` follows ``Topology.route``. From this rank
     (on that route) it goes in one step to the furthest rank of the route that
     shares this rank's shared-memory domain (one copy, however many links), else
-    one hop over MPI. Either way the ledger is charged for every link crossed,
-    on the row of the rank that link leaves from. ``ledger_row(rank)`` gives the
-    row of a rank this process may charge (None: not in its domain).
+    over MPI: to the furthest rank of the route that shares the next rank's domain
+    (``domains``: each world rank's domain, -1 for a rank with none), charging the
+    one link it leaves this domain by; that receiver charges the links inside its
+    own domain (``entry``), as no rank of it forwards the message. Every link
+    crossed is charged once, on the row of the rank that link leaves from
+    (``ledger_row(rank)``: the row of a rank this process may charge). Without
+    ``domains`` (every hop over MPI) a message goes one hop at a time.
     """
 
-    def __init__(self, topo, me: int, shm_members=None, ledger_row=None):
+    def __init__(self, topo, me: int, shm_members=None, ledger_row=None, domains=None):
         self.topo = topo
         self.me = me
         self.shm = frozenset(shm_members or ())
         self._row = ledger_row
+        self._domains = domains
         self._cache: dict[tuple[int, int], NextHop] = {}
+        self._entry: dict[tuple[int, int], tuple[int, ...]] = {}
 
     def _charges(self, path) -> tuple[int, ...]:
         n = self.topo.size
@@ -105,4 +111,25 @@ class NextHops:
                 j += 1
         if j > i:
             return NextHop("shm", path[j], self._charges(path[i:j + 1]), j - i)
-        return NextHop("mpi", path[i + 1], self._charges(path[i:i + 2]), 1)
+        j = i + 1
+        dom = self._domains
+        if dom is not None and dom[path[j]] >= 0:
+            while j + 1 < len(path) and dom[path[j + 1]] == dom[path[j]]:
+                j += 1
+        return NextHop("mpi", path[j], self._charges(path[i:i + 2]), 1)
+
+    def entry(self, origin: int, dst: int) -> tuple[int, ...]:
+        """The ledger charges of the links a message from ``origin`` to ``dst``
+        crossed inside this rank's domain before it came here over MPI (sent
+        straight here by ``decide`` from outside the domain): () when it came from
+        the previous rank of the route."""
+        key = (origin, dst)
+        c = self._entry.get(key)
+        if c is None:
+            path = self.topo.route(origin, dst)
+            k = m = path.index(self.me)
+            if self._domains is not None:
+                while m > 0 and path[m - 1] in self.shm:
+                    m -= 1
+            c = self._entry[key] = self._charges(path[m:k + 1]) if k > m else ()
+        return c

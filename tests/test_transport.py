@@ -281,6 +281,33 @@ def test_next_hops_one_copy_inside_a_domain_mpi_across():
     assert everyone.decide(0, 32 + 5).transport == "shm"
 
 
+def test_next_hops_over_mpi_go_straight_into_the_next_domain():
+    """Knowing every rank's domain, a message leaving this rank's domain goes over
+    MPI to the furthest rank of its route in the next domain (no rank there
+    forwards it: a rank busy outside neuron_mpi, or blocked holding the GIL, stalls
+    nobody), charging the link it leaves by; its receiver charges the links inside
+    its domain (entry). Together they charge every link of the route once, as the
+    message forwarded hop by hop was."""
+    topo = Topology("trn1.32xlarge", 1, 2)
+    domains = [0] * 32 + [32] * 32
+    row = lambda r: r  # noqa: E731
+    sender = NextHops(topo, 0, range(32), row, domains)
+    for dst in (32, 32 + 5, 63):
+        path = topo.route(0, dst)
+        h = sender.decide(0, dst)
+        assert h.transport == "mpi" and h.to == dst and h.links == 1
+        receiver = NextHops(topo, dst, range(32, 64), row, domains)
+        entry = receiver.entry(0, dst)
+        assert len(entry) == 2 * (len(path) - 2)  # every link after the EFA hop
+        assert sorted(h.charges + entry) == sorted(
+            NextHops(topo, 0, (), row)._charges(path))
+        assert receiver.decide(0, dst).transport == "self"
+    # a rank with no domain (-1), or no domains known: one hop at a time
+    alone = NextHops(topo, 0, (), row, [-1] * 64)
+    assert alone.decide(0, 37).to == topo.route(0, 37)[1]
+    assert NextHops(topo, 37, (), row).entry(0, 37) == ()
+
+
 def _waiting_run():
     """A segment and the arguments of a compiled run that waits for a piece that
     never comes."""

@@ -39,6 +39,13 @@ from .transport.native import CTL_ANY, CTL_COUNTING, TIMEOUT
 CENSUS_XID = -1_000_000  # the census's pieces: transfer CENSUS_XID - member
 POLL_MIN = 5e-5  # s: first pause when an MPI transport has to be polled
 POLL_MAX = 2e-3
+# the agent's longest pause polling MPI while nothing of this rank is in flight or
+# queued: what comes then is for a later call (a message entering this domain goes
+# straight to the rank of its route furthest in, router.NextHops)
+POLL_IDLE = 0.05
+# a caller waiting that long with nothing moved waits for a late rank: its polls of
+# MPI slow down to POLL_IDLE (64 ranks on 2 cores polling every POLL_MAX burn both)
+QUIET = 0.1
 
 
 class Pending:
@@ -380,6 +387,7 @@ class Engine:
             self.active.append(start)
             lone = start
         pause = POLL_MIN
+        quiet = 0.0  # seconds slept since anything last moved
         while True:
             if lone is not None and self.solo_native() is lone:
                 # the only work in flight: run it compiled, to its end
@@ -397,11 +405,12 @@ class Engine:
             if deadline is not None and time.monotonic() >= deadline:
                 raise on_timeout()
             if moved:
-                pause = POLL_MIN
+                pause, quiet = POLL_MIN, 0.0
                 continue
             # (an agreement's last member rings every member's doorbell too)
             self.bell.sleep(seen, self._pause(pause, deadline))
-            pause = min(pause * 2, POLL_MAX)
+            quiet += pause
+            pause = min(pause * 2, POLL_MAX if quiet < QUIET else POLL_IDLE)
 
     def held(self) -> "_Held":
         """The engine's lock, taken from the agent at once: a compiled run of the
@@ -627,7 +636,7 @@ class Agent(threading.Thread):
                 if self._halt or eng.driving:
                     continue
                 eng.bell.sleep(seen, pause if eng.mpi is not None else None)
-                pause = min(pause * 2, POLL_MAX)
+                pause = min(pause * 2, POLL_MAX if eng.active or eng.outq else POLL_IDLE)
         except BaseException as e:  # never die silently: the waiters would hang
             if not MPI.Is_finalized() and not self._halt:
                 print(f"[rank {eng.rank}] neuron_mpi agent stopped: {type(e).__name__}: {e}",

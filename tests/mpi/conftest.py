@@ -130,6 +130,26 @@ def comm():
     return nm.init(strict=strict_mode())
 
 
+@pytest.fixture
+def executions_made(monkeypatch) -> list:
+    """The operations of the Executions built from here on (the routed agreement's
+    own left out), in order: a call run alone (compiled, on the calling thread)
+    builds none."""
+    from neuron_mpi import executor
+
+    made = []
+    init = executor.Execution.__init__
+
+    def counting(self, *args, **kwargs):
+        op = args[5] if len(args) > 5 else kwargs.get("op")
+        if op != "agreement":  # (the routed agreement's own, over MPI)
+            made.append(op)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(executor.Execution, "__init__", counting)
+    return made
+
+
 @pytest.fixture(scope="session")
 def batch() -> bool:
     """Run the dtype variants of one matrix case as async collectives in flight

@@ -144,7 +144,7 @@ def test_an_async_call_behind_one_in_flight_returns_at_once(comm):
     import time
 
     n = comm.size
-    if n > 8:
+    if n > SMALL_WORLD:
         pytest.skip("rank 0 sleeps: ran at 1 to 8 ranks (the queueing does not depend on n)")
     late = 1.0
     x, want = _sum_input(comm, "async-behind", 2 * n + 1)
@@ -175,7 +175,7 @@ def test_a_mismatch_in_an_async_call_behind_another_is_raised_by_its_wait(comm):
     from neuron_mpi.errors import CollectiveMismatchError
 
     n = comm.size
-    if n < 2 or n > 8:
+    if n < 2 or n > SMALL_WORLD:
         pytest.skip("rank 0 sleeps: ran at 2 to 8 ranks")
     sub = comm.split([list(range(n))])  # a mismatch fails its communicator for good
     x, want = _sum_input(comm, "async-behind-mismatch", 2 * n)
@@ -206,7 +206,7 @@ def test_an_async_call_behind_one_that_times_out_fails_too(comm):
     from neuron_mpi.errors import CollectiveTimeoutError, NeuronMPIError
 
     n = comm.size
-    if n < 2 or n > 8 or not comm._control.on_board:
+    if n < 2 or n > SMALL_WORLD or not comm._control.on_board:
         pytest.skip("needs 2 to 8 ranks (a timeout: ran at up to 8) and a board (a "
                     "routed agreement is made at the call)")
     sub = comm.split([list(range(n))])
@@ -228,24 +228,13 @@ def test_an_async_call_behind_one_that_times_out_fails_too(comm):
         comm.barrier()  # (every rank, whatever failed above)
 
 
-def test_a_lone_blocking_call_builds_no_execution(comm, monkeypatch):
+def test_a_lone_blocking_call_builds_no_execution(comm, executions_made):
     """On shared memory a blocking call with nothing else of the rank in flight is
     one compiled run on the calling thread (Communicator._run_alone), with no
     Execution built, avg and in-place calls too (its divide is a compiled locals
     step; an input overlapping out is read from a copy); an async call takes the
     general path. Every result is the same."""
-    from neuron_mpi import executor
-
-    made = []
-    init = executor.Execution.__init__
-
-    def counting(self, *args, **kwargs):
-        op = args[5] if len(args) > 5 else kwargs.get("op")
-        if op != "agreement":  # (the routed agreement's own, over MPI)
-            made.append(op)
-        init(self, *args, **kwargs)
-
-    monkeypatch.setattr(executor.Execution, "__init__", counting)
+    made = executions_made
     n = comm.size
     x, want = _sum_input(comm, "alone", 2 * n + 5)
     comm._shapes.clear()
@@ -409,7 +398,7 @@ def test_a_failed_read_of_a_piece_copied_aside_leaves_the_rank_alive(comm, monke
     The sender's call ends (done, or its deadline); both ranks go on."""
     import time
 
-    if comm.size > 8:
+    if comm.size > SMALL_WORLD:
         pytest.skip("two ranks of the launch are enough; ran at 2 to 8 ranks")
     eng = comm._engine
 

@@ -747,15 +747,12 @@ def make_engine(world: MPI.Comm, topo) -> Engine:
                 read_piece = int(agreed[3]) * 1024
         dom.Free()
     # every rank's domain (its first member; -1: none), for messages over MPI to go
-    # straight to the furthest rank of their route in the next domain
+    # straight to the furthest rank of their route in the next domain; one domain
+    # holding every rank needs no MPI transport
     mine = np.array([min(shm.members) if shm is not None else -1], np.int64)
     domains = np.empty(topo.size, np.int64)
     comm.Allgather(mine, domains)
-    everyone_local = shm is not None and len(shm.members) == topo.size
-    all_local = np.array([1 if everyone_local else 0], np.int64)
-    agreed1 = np.empty_like(all_local)
-    comm.Allreduce(all_local, agreed1, op=MPI.MIN)
-    mpi = None if agreed1[0] == 1 else MpiTransport(comm)
+    mpi = None if domains[0] >= 0 and (domains == domains[0]).all() else MpiTransport(comm)
     if mpi is not None or shm is None:
         # pieces over MPI are reduced on the Python path, by the data plane's
         # reduce_bytes / divide_bytes: from the module built ahead of time that

@@ -43,6 +43,7 @@ class Control:
         self._b = None
         self._parity = 0
         self._open = None  # the last BoardAgreement handed to an execution
+        self._plans: dict = {}  # the routed exchange's plan per vector length
 
     @property
     def _board(self):
@@ -164,12 +165,18 @@ class Control:
         eng = comm._engine
         n = comm.size
         cseq = -(2 * seq + which) - 1  # control keys: negative call numbers
-        sched = schedule_for(comm._view, "all_gather", _control_algorithm(comm._view),
-                             (vec.size,) * n)
-        # built every exchange: not elided (its one leading copy, the member's own
-        # row, would only move to the end)
-        plan = Plan(sched, comm._view, comm.rank, 8, eng.piece_bytes, eng, "int64",
-                    control=True, elide=False)
+        plan = self._plans.get(vec.size)
+        if plan is None:  # (kept: building the whole group's schedule costs more than
+            # a small exchange over shared memory)
+            sched = schedule_for(comm._view, "all_gather", _control_algorithm(comm._view),
+                                 (vec.size,) * n)
+            # not elided (its one leading copy, the member's own row, would only
+            # move to the end)
+            plan = Plan(sched, comm._view, comm.rank, 8, eng.piece_bytes, eng, "int64",
+                        control=True, elide=False)
+            if len(self._plans) > 8:
+                self._plans.clear()
+            self._plans[vec.size] = plan
         out = np.empty(n * vec.size, np.int64)
         ex = Execution(eng, plan, {"in": vec, "out": out, "tmp": np.empty(plan.tmp_elems,
                                                                           np.int64)},

@@ -46,6 +46,9 @@ POLL_IDLE = 0.05
 # a caller waiting that long with nothing moved waits for a late rank: its polls of
 # MPI slow down to POLL_IDLE (64 ranks on 2 cores polling every POLL_MAX burn both)
 QUIET = 0.1
+# a blocking call's compiled part (a plan in parts, Execution.part_run) polls MPI at
+# most this often between its slices
+PART_POLL = 0.01
 
 
 class Pending:
@@ -241,16 +244,19 @@ class Engine:
         return did
 
     # --- progress -------------------------------------------------------------------
-    def progress(self) -> bool:
+    def progress(self, mpi: bool = True) -> bool:
         """Post what waits for room, take in arrivals (keep or forward), advance the
-        executions in flight. Call with the lock held. True if anything moved."""
+        executions in flight. Call with the lock held. True if anything moved.
+        ``mpi``: poll the MPI transport too (False: only what passes through this
+        domain)."""
         did = self._flush_outq() if self.outq else False
         arrivals: list[Arrival] = []
         if self.mpi is not None:  # pieces pass through this rank only across domains
             if self.shm is not None:
                 self.shm.collect(arrivals)
             n = len(arrivals)
-            self.mpi.collect(arrivals)
+            if mpi:
+                self.mpi.collect(arrivals)
             for a in arrivals[n:]:  # over MPI: the links crossed inside this domain
                 entry = self.hops.entry(a.origin, a.dst)  # on the way here
                 if entry:
@@ -388,6 +394,7 @@ class Engine:
             lone = start
         pause = POLL_MIN
         quiet = 0.0  # seconds slept since anything last moved
+        polled = 0.0  # when MPI was last polled after a compiled part's slice
         while True:
             if lone is not None and self.solo_native() is lone:
                 # the only work in flight: run it compiled, to its end
@@ -398,12 +405,25 @@ class Engine:
                     self.active = [a for a in self.active if a is not lone]
                     if done():
                         return
+            ran = lone is not None and self._part_slice(lone, deadline, quiet)
             seen = self.bell.value()
-            moved = self.progress()
+            poll = True
+            if ran and lone.in_compiled_part:  # still in a compiled part: it waits for
+                # nothing over MPI, whose every poll costs a yield of the CPU (Open MPI
+                # oversubscribed); what comes is for a later part, or to forward
+                now = time.monotonic()
+                poll = now - polled >= PART_POLL
+                if poll:
+                    polled = now
+            moved = self.progress(poll)
             if done():
                 return
             if deadline is not None and time.monotonic() >= deadline:
                 raise on_timeout()
+            if ran:  # (the slice slept meanwhile: no pause after it)
+                quiet = 0.0 if moved or ran is True else quiet + ran
+                pause = POLL_MIN
+                continue
             if moved:
                 pause, quiet = POLL_MIN, 0.0
                 continue
@@ -411,6 +431,33 @@ class Engine:
             self.bell.sleep(seen, self._pause(pause, deadline))
             quiet += pause
             pause = min(pause * 2, POLL_MAX if quiet < QUIET else POLL_IDLE)
+
+    def _part_slice(self, ex, deadline, quiet: float, claim=None):
+        """Run the compiled part under way of ``ex`` (a plan in parts: ranks on
+        several domains) on this thread while it is the only work in flight, for
+        one slice: POLL_MAX, or POLL_IDLE once nothing moved for QUIET (a late
+        rank), at most to ``deadline``; MPI is polled between slices. ``claim``:
+        the agent's (the run hands over when a caller claims the engine). False
+        when nothing ran; True when the run ended or moved on; else the seconds
+        slept (a slice that timed out)."""
+        if ex.plan.parts is None or self.outq or self.inbox or len(self.active) != 1 \
+                or self.active[0] is not ex or not ex.in_compiled_part:
+            return False
+        now = time.monotonic()
+        end = now + (POLL_MAX if quiet < QUIET else POLL_IDLE)
+        if deadline is not None and deadline < end:
+            end = deadline
+        step = ex.step
+        try:
+            status = ex.part_run(end, claim)
+        except Exception as e:  # belongs to that execution; its waiter raises it
+            ex.fail(e)
+            return True
+        if status is None:
+            return False
+        if status != TIMEOUT or ex.step != step:
+            return True
+        return max(end - now, 1e-6)
 
     def held(self) -> "_Held":
         """The engine's lock, taken from the agent at once: a compiled run of the
@@ -620,14 +667,17 @@ class Agent(threading.Thread):
                         continue
                     seen = eng.bell.value()
                     ex = eng.solo_native()
+                    ran = False
                     if ex is not None:
                         try:  # an async call while the program computes: run it to
                             # its end, or until a caller claims the engine
                             ex.run(None, eng.claim)
                         except BaseException as e:  # its waiter raises it
                             ex.fail(e)
-                    moved = eng.progress() or ex is not None  # (the run slept: look
-                    # again at once)
+                    elif len(eng.active) == 1:  # a plan in parts: its compiled part
+                        ran = eng._part_slice(eng.active[0], None, 0.0, eng.claim)
+                    moved = eng.progress() or ex is not None or bool(ran)  # (the run
+                    # slept: look again at once)
                 finally:
                     eng.lock.release()
                 if moved:

@@ -322,9 +322,54 @@ class Plan:
             self.steps = elide_leading_copies(self.steps, me)
         self.tmp_elems = schedule.tmp_elems[me]
         self.native = None
-        if engine is not None and engine.native and NativePlan.fits(self.steps, engine.hops):
-            self.native = NativePlan(self.steps, itemsize, dtype_name, engine.hops,
-                                     engine.shm.local, charge=not control)
+        self.parts = None
+        if engine is not None and engine.native:
+            if NativePlan.fits(self.steps, engine.hops):
+                self.native = NativePlan(self.steps, itemsize, dtype_name, engine.hops,
+                                         engine.shm.local, charge=not control)
+            else:
+                self.parts = _parts(self.steps, self.tmp_elems, itemsize, dtype_name,
+                                    engine, not control)
+
+
+def _inside(st, hops) -> bool:
+    """Does a round fit the compiled data plane with every piece it receives coming
+    from inside this rank's domain too (a compiled part then waits on nothing that
+    comes over MPI)?"""
+    if not NativePlan.fits([("round", st)], hops):
+        return False
+    me, route, shm = hops.me, hops.topo.route, hops.shm
+    return all(r.src != me and all(x in shm for x in route(r.src, me)) for r in st.recvs)
+
+
+def _parts(steps, tmp_elems, itemsize, dtype_name, engine, charge):
+    """A plan with sends over MPI (ranks on several domains) cut into parts of
+    consecutive steps: [(first step, end, sub)], ``sub`` a Plan of the steps whose
+    rounds stay inside this rank's domain (_inside: a hierarchical schedule's
+    stages inside a node), run compiled, None for those the Python path runs (the
+    rounds crossing domains). A locals step joins the part before it. None when no
+    round fits: the whole plan is Python's. Leading locals join the first round's
+    part."""
+    hops = engine.hops
+    kinds = [None if kind == "locals" else _inside(st, hops) for kind, st in steps]
+    if not any(kinds):
+        return None
+    first = next(k for k in kinds if k is not None)  # (leading locals: the first round's)
+    for i, k in enumerate(kinds):
+        if k is None:
+            kinds[i] = kinds[i - 1] if i else first
+    parts, lo = [], 0
+    for i in range(1, len(steps) + 1):
+        if i == len(steps) or kinds[i] != kinds[lo]:
+            sub = None
+            if kinds[lo]:
+                sub = Plan.__new__(Plan)
+                sub.steps, sub.tmp_elems, sub.parts = steps[lo:i], tmp_elems, None
+                sub.native = NativePlan(sub.steps, itemsize, dtype_name, hops,
+                                        engine.shm.local, charge=charge)
+            parts.append((lo, i, sub))
+            lo = i
+    return parts
 
 
 def sendrecv_plan(engine, dst: int, sxid: int, nsend: int, src: int, rxid: int,
@@ -343,7 +388,7 @@ def sendrecv_plan(engine, dst: int, sxid: int, nsend: int, src: int, rxid: int,
         [Recv(rxid, p, src, OUT, o, n, False, nrecv)
          for p, (o, n) in enumerate(pieces(nrecv, engine.piece_for(src, me)))]))]
     plan.tmp_elems = 0
-    plan.native = None
+    plan.native = plan.parts = None
     hops = engine.hops
     if engine.native and src != engine.rank and NativePlan.fits(plan.steps, hops) and all(
             r in hops.shm for r in hops.topo.route(src, engine.rank)):
@@ -423,6 +468,8 @@ class Execution:
         self._xs = self._flags = None
         self._adopted = None  # the status of a lone run this execution took over
         self._scratch = scratch
+        self._part = 0  # the part of plan.parts under way, and the run of a compiled
+        self._child = None  # part (an Execution of its sub-plan), when one is
         self.done = False
         self.error: BaseException | None = None
         self.t_start = time.perf_counter()
@@ -434,6 +481,10 @@ class Execution:
 
     def waiting_for(self):
         """(step index, [(peer, xid)]) this execution still waits on: for diagnosis."""
+        child = self._child
+        if child is not None and not self.done:
+            step, out = child.waiting_for()
+            return self.plan.parts[self._part][0] + step, out
         steps = self.plan.steps
         native = self.plan.native is not None
         if native and self._xs is not None:
@@ -461,6 +512,8 @@ class Execution:
     def unread(self):
         """[(peer, xid)]: sends of the current round still waiting for their
         receiver to read them from this rank's buffer (native plans)."""
+        if self._child is not None and not self.done:
+            return self._child.unread()
         if self.done or self._xs is None or not self._xs[1]:
             return []
         k = int(self._xs[0])
@@ -474,6 +527,8 @@ class Execution:
 
     def fail(self, err: BaseException) -> None:
         self.error = err
+        if self._child is not None:  # (the compiled part under way gives its pieces back)
+            self._child.fail(err)
         if self._nargs is not None:  # pieces its receivers were to read from its buffers
             np_ = self.plan.native
             native.take_back(self.engine.shm.seg8, self.engine.shm.g, np_.steps, np_.rounds,
@@ -493,11 +548,56 @@ class Execution:
         engine's lock held."""
         if self.plan.native is not None:
             return self._native_advance()
+        parts = self.plan.parts
+        if parts is None:
+            if not self._python_advance(len(self.plan.steps)):
+                return False
+            self._finish()
+            return True
+        while self._part < len(parts):
+            lo, hi, sub = parts[self._part]
+            if sub is None:
+                if not self._python_advance(hi):
+                    return False
+            else:
+                child = self._child
+                if child is None:
+                    child = self._child = Execution(
+                        self.engine, sub, self.bufs, self.comm_id, self.seq, self.op,
+                        self.reduce_op)
+                done = child._native_advance()
+                self.step = lo + child.step
+                if not done:
+                    return False
+                self._child = None
+            self._part += 1
+        self._finish()
+        return True
+
+    @property
+    def in_compiled_part(self) -> bool:
+        """A plan in parts, under way in one of its compiled parts."""
+        return self._child is not None and not self.done
+
+    def part_run(self, deadline, claim=None) -> int | None:
+        """Run the compiled part under way on this thread until it ends, blocks on
+        something only Python can give, or ``deadline`` passes (exec_run; ``claim``:
+        as for run()); None when no compiled part is under way. The caller polls MPI
+        after a TIMEOUT."""
+        if not self.in_compiled_part:
+            return None
+        child = self._child
+        status = child.run(deadline, claim)
+        self.step = self.plan.parts[self._part][0] + child.step
+        return status
+
+    def _python_advance(self, end: int) -> bool:
+        """The Python path's run of steps up to ``end``; True once there."""
         steps = self.plan.steps
         eng = self.engine
         cid, seq = self.comm_id, self.seq
         tr = self._tr
-        while self.step < len(steps):
+        while self.step < end:
             kind, st = steps[self.step]
             if kind == "locals":
                 if tr is not None:
@@ -551,7 +651,6 @@ class Execution:
                 tr.step_end(cid, seq, self.step)
             self.step += 1
             self._posted = False
-        self._finish()
         return True
 
     # --- the compiled data plane -------------------------------------------------------

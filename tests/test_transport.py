@@ -582,6 +582,49 @@ def test_the_plan_marks_only_pieces_to_their_final_rank_as_readable():
     assert plan.sends[:, 0].tolist() == [1, 2, 2]
 
 
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter"])
+@pytest.mark.parametrize("me", [0, 37])
+def test_a_plan_across_domains_runs_its_rounds_inside_the_domain_compiled(op, me):
+    """With ranks on two domains (2 x 32 trn1 ranks, one domain per node), a
+    hierarchical plan is cut into parts: the stages inside the node are compiled
+    (a NativePlan each), only the rounds that cross to the other node run on the
+    Python path. The parts cover every step in order."""
+    from types import SimpleNamespace
+
+    from neuron_mpi.algorithms.group import GroupView
+    from neuron_mpi.algorithms.select import schedule_for
+    from neuron_mpi.executor import Plan
+
+    topo = Topology("trn1.32xlarge", 1, 2)
+    domains = [0] * 32 + [32] * 32
+    mine = range(32) if me < 32 else range(32, 64)
+    row = {r: i for i, r in enumerate(mine)}
+    hops = NextHops(topo, me, mine, lambda r: row[r], domains)
+    eng = SimpleNamespace(native=True, hops=hops, shm=SimpleNamespace(local=row),
+                          piece_for=lambda s, d: 1 << 18, mpi=object())
+    view = GroupView(topo, range(64))
+    sizes = 64 * 5 if op == "all_reduce" else (5,) * 64
+    plan = Plan(schedule_for(view, op, "hierarchical", sizes), view, me, 4, 1 << 18, eng,
+                "float32")
+    assert plan.native is None and plan.parts is not None
+    ends = [0]
+    for lo, hi, sub in plan.parts:
+        assert lo == ends[-1] < hi
+        ends.append(hi)
+        rounds = [st for kind, st in plan.steps[lo:hi] if kind == "round"]
+        crossing = [any(hops.decide(me, s.dst).transport == "mpi" for s in st.sends)
+                    or any(r.src not in row for r in st.recvs) for st in rounds]
+        if sub is None:
+            assert rounds and all(crossing)
+        else:
+            assert rounds and not any(crossing)
+            assert sub.steps == plan.steps[lo:hi] and sub.native is not None
+    assert ends[-1] == len(plan.steps)
+    kinds = [sub is not None for _, _, sub in plan.parts]
+    assert kinds == {"all_reduce": [True, False, True], "all_gather": [False, True],
+                     "reduce_scatter": [True, False]}[op]
+
+
 @pytest.mark.parametrize("base", [-1, 0])
 @pytest.mark.parametrize("n", [700, 3 * 65536 + 1000])
 def test_a_reduced_piece_is_read_from_the_senders_buffer(n, base):

@@ -3,6 +3,8 @@ DP: one rank of each block), collectives on both, called by every rank, sync and
 async in flight together; nested splits; ranks left out of a split."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -138,7 +140,8 @@ def test_across_domains_only_the_crossing_rounds_run_in_python(comm, monkeypatch
     piece the Python path sends goes over MPI (the rounds crossing to the other
     node), none through shared memory. Before, a plan with any MPI hop ran whole
     on the Python path (2 x 32 trn1 ranks, 8 KiB: 524 ms a call, 50 x Open MPI).
-    Blocking (the caller runs the compiled parts) and async (the agent does)."""
+    Blocking (the caller runs the compiled parts) and async (the agent does, the
+    cross rounds too, while the rank sleeps outside neuron_mpi)."""
     from neuron_mpi import engine as E
 
     n, me = comm.size, comm.rank
@@ -155,13 +158,24 @@ def test_across_domains_only_the_crossing_rounds_run_in_python(comm, monkeypatch
     monkeypatch.setattr(E.Engine, "send", counting)
     ints = int_table(seed_of("across-domains", n), n, 2048, DTYPES["fp32"], "sum")
     x = to_dtype(ints[me], DTYPES["fp32"])
-    got = comm.all_reduce(x, async_op=True).wait() if async_op else comm.all_reduce(x)
+    asleep = None
+    if async_op:
+        h = comm.all_reduce(x, async_op=True)
+        end = time.monotonic() + 10  # (outside neuron_mpi: only the agent progresses)
+        while not h._ex.done and time.monotonic() < end:
+            time.sleep(0.05)
+        asleep = h._ex.done
+        got = h.wait()
+    else:
+        got = comm.all_reduce(x)
     algo = comm.last_call.algorithm
     comm.barrier()
     assert_same(got, reduce_ref(ints, "sum", DTYPES["fp32"]), "all_reduce across domains")
     if eng.mpi is not None and eng.shm is not None and eng.native:
         assert algo == "hierarchical" and sent, (algo, sent)
         assert set(sent) == {"mpi"}, sent
+        if async_op and eng.threaded:  # (the agent runs beside MPI only then)
+            assert asleep, "the async call did not finish while its rank slept"
 
 
 def test_tp_and_dp_in_flight_together(comm, tpdp):

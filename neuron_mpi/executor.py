@@ -328,29 +328,65 @@ class Plan:
                 self.native = NativePlan(self.steps, itemsize, dtype_name, engine.hops,
                                          engine.shm.local, charge=not control)
             else:
-                self.parts = _parts(self.steps, self.tmp_elems, itemsize, dtype_name,
-                                    engine, not control)
+                cut = _parts(self.steps, self.tmp_elems, itemsize, dtype_name, engine,
+                             not control)
+                if cut is not None:
+                    self.steps, self.parts = cut
+
+
+def _send_inside(s, hops) -> bool:
+    return hops.decide(hops.me, s.dst).transport == "shm"
+
+
+def _recv_inside(r, hops) -> bool:
+    me, shm = hops.me, hops.shm
+    return r.src != me and all(x in shm for x in hops.topo.route(r.src, me))
 
 
 def _inside(st, hops) -> bool:
     """Does a round fit the compiled data plane with every piece it receives coming
     from inside this rank's domain too (a compiled part then waits on nothing that
     comes over MPI)?"""
-    if not NativePlan.fits([("round", st)], hops):
-        return False
-    me, route, shm = hops.me, hops.topo.route, hops.shm
-    return all(r.src != me and all(x in shm for x in route(r.src, me)) for r in st.recvs)
+    return NativePlan.fits([("round", st)], hops) and all(
+        _recv_inside(r, hops) for r in st.recvs)
+
+
+def _split_mixed(steps, hops) -> list:
+    """``steps`` with each round that has pieces both inside this rank's domain and
+    across it cut in two: first the crossing pieces (the Python path's), then the
+    inside ones (compiled). The same results: such a round's deliveries overlap
+    neither each other nor its sends' sources (else it stays whole), so the order
+    in which its pieces move does not matter."""
+    out = []
+    for kind, st in steps:
+        if kind == "round" and not (st.ordered or st.hazard):
+            ins = [_send_inside(s, hops) for s in st.sends]
+            inr = [_recv_inside(r, hops) for r in st.recvs]
+            inside = ins + inr
+            if any(inside) and not all(inside):
+                out.append(("round", RoundStep(
+                    [s for s, k in zip(st.sends, ins) if not k],
+                    [r for r, k in zip(st.recvs, inr) if not k])))
+                out.append(("round", RoundStep(
+                    [s for s, k in zip(st.sends, ins) if k],
+                    [r for r, k in zip(st.recvs, inr) if k])))
+                continue
+        out.append((kind, st))
+    return out
 
 
 def _parts(steps, tmp_elems, itemsize, dtype_name, engine, charge):
     """A plan with sends over MPI (ranks on several domains) cut into parts of
-    consecutive steps: [(first step, end, sub)], ``sub`` a Plan of the steps whose
-    rounds stay inside this rank's domain (_inside: a hierarchical schedule's
-    stages inside a node), run compiled, None for those the Python path runs (the
-    rounds crossing domains). A locals step joins the part before it. None when no
-    round fits: the whole plan is Python's. Leading locals join the first round's
-    part."""
+    consecutive steps: (steps, [(first step, end, sub)]), ``sub`` a Plan of the
+    steps whose rounds stay inside this rank's domain (_inside: a hierarchical
+    schedule's stages inside a node, the pieces of an all-to-all between
+    domain-mates), run compiled, None for those the Python path runs (the pieces
+    crossing domains). ``steps`` are the plan's, rounds with pieces of both kinds
+    cut in two (_split_mixed). A locals step joins the part before it; leading
+    locals join the first round's part. None when no round fits: the whole plan is
+    Python's."""
     hops = engine.hops
+    steps = _split_mixed(steps, hops)
     kinds = [None if kind == "locals" else _inside(st, hops) for kind, st in steps]
     if not any(kinds):
         return None
@@ -369,7 +405,7 @@ def _parts(steps, tmp_elems, itemsize, dtype_name, engine, charge):
                                         engine.shm.local, charge=charge)
             parts.append((lo, i, sub))
             lo = i
-    return parts
+    return steps, parts
 
 
 def sendrecv_plan(engine, dst: int, sxid: int, nsend: int, src: int, rxid: int,

@@ -582,13 +582,15 @@ def test_the_plan_marks_only_pieces_to_their_final_rank_as_readable():
     assert plan.sends[:, 0].tolist() == [1, 2, 2]
 
 
-@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter"])
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])
 @pytest.mark.parametrize("me", [0, 37])
 def test_a_plan_across_domains_runs_its_rounds_inside_the_domain_compiled(op, me):
     """With ranks on two domains (2 x 32 trn1 ranks, one domain per node), a
     hierarchical plan is cut into parts: the stages inside the node are compiled
     (a NativePlan each), only the rounds that cross to the other node run on the
-    Python path. The parts cover every step in order."""
+    Python path. The all-to-all's one round, with pieces of both kinds, is cut in
+    two: the crossing pieces in Python, then the others compiled. The parts cover
+    every step in order, and the plan moves the same pieces as uncut."""
     from types import SimpleNamespace
 
     from neuron_mpi.algorithms.group import GroupView
@@ -604,8 +606,19 @@ def test_a_plan_across_domains_runs_its_rounds_inside_the_domain_compiled(op, me
                           piece_for=lambda s, d: 1 << 18, mpi=object())
     view = GroupView(topo, range(64))
     sizes = 64 * 5 if op == "all_reduce" else (5,) * 64
-    plan = Plan(schedule_for(view, op, "hierarchical", sizes), view, me, 4, 1 << 18, eng,
-                "float32")
+    algo = "hierarchical"
+    if op == "all_to_all":
+        sizes, algo = ((5,) * 64,) * 64, "direct"
+    sched = schedule_for(view, op, algo, sizes)
+    plan = Plan(sched, view, me, 4, 1 << 18, eng, "float32")
+    whole = Plan(sched, view, me, 4, 1 << 18, None, "float32", cut=eng.piece_for)
+
+    def moved(p):
+        rounds = [st for kind, st in p.steps if kind == "round"]
+        return (sorted((s.xid, s.piece, s.dst, s.off) for st in rounds for s in st.sends),
+                sorted((r.xid, r.piece, r.src, r.off) for st in rounds for r in st.recvs))
+
+    assert moved(plan) == moved(whole)
     assert plan.native is None and plan.parts is not None
     ends = [0]
     for lo, hi, sub in plan.parts:
@@ -622,7 +635,7 @@ def test_a_plan_across_domains_runs_its_rounds_inside_the_domain_compiled(op, me
     assert ends[-1] == len(plan.steps)
     kinds = [sub is not None for _, _, sub in plan.parts]
     assert kinds == {"all_reduce": [True, False, True], "all_gather": [False, True],
-                     "reduce_scatter": [True, False]}[op]
+                     "reduce_scatter": [True, False], "all_to_all": [False, True]}[op]
 
 
 @pytest.mark.parametrize("base", [-1, 0])

@@ -133,15 +133,18 @@ def test_tp_inside_a_domain_runs_alone_beside_mpi(comm, tpdp, executions_made):
         assert sr_made == [], sr_made
 
 
+@pytest.mark.parametrize("op", ["all_reduce", "all_to_all"])
 @pytest.mark.parametrize("async_op", [False, True])
-def test_across_domains_only_the_crossing_rounds_run_in_python(comm, monkeypatch, async_op):
+def test_across_domains_only_the_crossing_pieces_move_in_python(comm, monkeypatch, op,
+                                                                 async_op):
     """A collective over ranks on several domains (NEURON_MPI_SHM=node: the 2 x 32
-    hierarchical all-reduce) runs its stages inside the domain compiled: every
-    piece the Python path sends goes over MPI (the rounds crossing to the other
-    node), none through shared memory. Before, a plan with any MPI hop ran whole
-    on the Python path (2 x 32 trn1 ranks, 8 KiB: 524 ms a call, 50 x Open MPI).
+    hierarchical all-reduce, the direct all-to-all) moves its pieces inside the
+    domain compiled: every piece the Python path sends goes over MPI (the rounds,
+    or the all-to-all round's pieces, crossing to the other node), none through
+    shared memory. Before, a plan with any MPI hop ran whole on the Python path
+    (2 x 32 trn1 ranks, an 8 KiB all-reduce: 524 ms a call, 50 x Open MPI).
     Blocking (the caller runs the compiled parts) and async (the agent does, the
-    cross rounds too, while the rank sleeps outside neuron_mpi)."""
+    crossing pieces too, while the rank sleeps outside neuron_mpi)."""
     from neuron_mpi import engine as E
 
     n, me = comm.size, comm.rank
@@ -156,23 +159,30 @@ def test_across_domains_only_the_crossing_rounds_run_in_python(comm, monkeypatch
         return send(self, key, dst, payload, total, origin)
 
     monkeypatch.setattr(E.Engine, "send", counting)
-    ints = int_table(seed_of("across-domains", n), n, 2048, DTYPES["fp32"], "sum")
+    k = 32
+    ints = int_table(seed_of("across-domains", n), n, n * k, DTYPES["fp32"], "sum")
     x = to_dtype(ints[me], DTYPES["fp32"])
+    call = getattr(comm, op)
     asleep = None
     if async_op:
-        h = comm.all_reduce(x, async_op=True)
+        h = call(x, async_op=True)
         end = time.monotonic() + 10  # (outside neuron_mpi: only the agent progresses)
         while not h._ex.done and time.monotonic() < end:
             time.sleep(0.05)
         asleep = h._ex.done
         got = h.wait()
     else:
-        got = comm.all_reduce(x)
+        got = call(x)
     algo = comm.last_call.algorithm
     comm.barrier()
-    assert_same(got, reduce_ref(ints, "sum", DTYPES["fp32"]), "all_reduce across domains")
+    if op == "all_reduce":
+        want = reduce_ref(ints, "sum", DTYPES["fp32"])
+    else:  # block j of the result: rank j's block for this rank
+        want = to_dtype(ints[:, me * k:(me + 1) * k].reshape(-1), DTYPES["fp32"])
+    assert_same(got, want, f"{op} across domains")
     if eng.mpi is not None and eng.shm is not None and eng.native:
-        assert algo == "hierarchical" and sent, (algo, sent)
+        assert algo == ("hierarchical" if op == "all_reduce" else "direct") and sent, \
+            (algo, sent)
         assert set(sent) == {"mpi"}, sent
         if async_op and eng.threaded:  # (the agent runs beside MPI only then)
             assert asleep, "the async call did not finish while its rank slept"

@@ -4,7 +4,10 @@ It never knows which algorithm made the schedule. ``Plan`` is this rank's slice 
 a schedule, cut into pieces the transports carry (built once per schedule, piece
 size and item size, and cached); ``Execution`` is one run of a plan on real
 buffers, a small state machine the engine advances, so several collectives (async
-ones) progress together.
+ones) progress together. A plan runs compiled (``NativePlan``) when all of it stays
+in the rank's shared-memory domain; a plan that also crosses to other domains is
+cut into parts (``Plan.parts``): compiled ones for the rounds inside the domain,
+the Python path for the pieces that cross.
 
 The round contract of schedule.py holds piece by piece: a round's pieces are posted
 (their bytes copied out) when the round starts; deliveries are applied as their

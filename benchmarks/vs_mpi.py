@@ -1,7 +1,7 @@
 """Time over Open MPI's own call, per operation and size, in one run.
 
     python benchmarks/vs_mpi.py [-n 64] [-b 8KB] [-e 8MB] [-f 4] [--ops all_reduce,...]
-                                [--json FILE]
+                                [--json FILE] [--timeout SECONDS]
 
 Not run under mpiexec: for each operation it launches
 ``neuron-mpirun -n N python -m neuron_mpi.bench OP -b .. -e .. -f .. --vs-mpi
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -43,7 +44,20 @@ def run_op(op: str, a) -> dict:
                             "-b", a.minbytes, "-e", a.maxbytes, "-f", str(a.factor),
                             "-n", str(a.iters), "--vs-mpi", "--show-algorithm",
                             "-c", "random", "--report-to-json-file", out]
-        res = subprocess.run(cmd, capture_output=True, text=True, cwd=d)
+        # its own process group: a launch that stalls is killed with its mpiexec and
+        # ranks, not only the launcher
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, text=True, cwd=d,
+                                start_new_session=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=a.timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            sys.stderr.write(stdout[-3000:] + stderr[-3000:])
+            raise SystemExit(f"vs_mpi: {op} did not finish within --timeout {a.timeout:g} s "
+                             "(killed)") from None
+        res = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
         if res.returncode != 0 or not os.path.exists(out):
             sys.stderr.write(res.stdout[-3000:] + res.stderr[-3000:])
             raise SystemExit(f"vs_mpi: {op} failed (exit {res.returncode})")
@@ -64,7 +78,12 @@ def main(argv=None) -> int:
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--ops", default=",".join(OPS))
     p.add_argument("--json", metavar="FILE")
+    p.add_argument("--timeout", type=float, default=1800.0, metavar="SECONDS",
+                   help="give up on an operation's launch after this long (default "
+                   "1800): a launch that stalls is killed, its output shown")
     a = p.parse_args(argv)
+    if not a.timeout > 0:
+        p.error(f"--timeout: expected a positive number of seconds, got {a.timeout:g}")
     summary, reports = [], {}
     print(f"# {a.ranks} ranks, {env.instance() or cat.DEFAULT_INSTANCE}; "
           "time and MPI time in us, ratio = time / MPI")

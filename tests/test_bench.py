@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -421,3 +422,21 @@ def test_call_cost_benchmark_on_groups():
     assert "results exact: yes" in res.stdout
     bad = _launch(["--groups", "3"], program=prog, timeout=120)
     assert bad.returncode != 0 and "--groups: expected a divisor of the 8 ranks" in bad.stderr
+
+
+def test_vs_mpi_gives_up_on_a_launch_that_stalls(tmp_path):
+    """benchmarks/vs_mpi.py kills an operation's launch that outlives --timeout and
+    exits non-zero naming the operation and the option (here a timeout far below
+    one launch); a timeout that is not positive is refused naming --timeout."""
+    prog = [sys.executable, str(ROOT / "benchmarks" / "vs_mpi.py")]
+    res = subprocess.run(prog + ["-n", "2", "--ops", "all_reduce", "--timeout", "3"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode != 0, res.stdout + res.stderr
+    assert "all_reduce did not finish within --timeout 3 s" in res.stderr, res.stderr
+    time.sleep(1)  # the launch's own processes went with it (its process group)
+    left = subprocess.run(["pgrep", "-f", "neuron_mpi.bench all_reduce -b 8KB"],
+                          capture_output=True, text=True)
+    assert left.stdout.strip() == "", left.stdout
+    bad = subprocess.run(prog + ["--timeout", "0"], capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path)
+    assert bad.returncode == 2 and "--timeout: expected a positive number" in bad.stderr

@@ -52,8 +52,12 @@ def run_op(op: str, a) -> dict:
         try:
             stdout, stderr = proc.communicate(timeout=a.timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            stdout, stderr = proc.communicate()
+            os.killpg(proc.pid, signal.SIGTERM)  # (mpiexec passes it on to its ranks)
+            try:
+                stdout, stderr = proc.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                stdout, stderr = proc.communicate()
             sys.stderr.write(stdout[-3000:] + stderr[-3000:])
             raise SystemExit(f"vs_mpi: {op} did not finish within --timeout {a.timeout:g} s "
                              "(killed)") from None

@@ -426,17 +426,23 @@ def test_call_cost_benchmark_on_groups():
 
 def test_vs_mpi_gives_up_on_a_launch_that_stalls(tmp_path):
     """benchmarks/vs_mpi.py kills an operation's launch that outlives --timeout and
-    exits non-zero naming the operation and the option (here a timeout far below
-    one launch); a timeout that is not positive is refused naming --timeout."""
+    exits non-zero naming the operation and the option (here a launch of a million
+    iterations, minutes long, against 3 s); a timeout that is not positive is
+    refused naming --timeout."""
     prog = [sys.executable, str(ROOT / "benchmarks" / "vs_mpi.py")]
-    res = subprocess.run(prog + ["-n", "2", "--ops", "all_reduce", "--timeout", "3"],
+    res = subprocess.run(prog + ["-n", "2", "--ops", "all_reduce", "-b", "8KB", "-e", "8KB",
+                                 "--iters", "1000000", "--timeout", "3"],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert res.returncode != 0, res.stdout + res.stderr
     assert "all_reduce did not finish within --timeout 3 s" in res.stderr, res.stderr
-    time.sleep(1)  # the launch's own processes went with it (its process group)
-    left = subprocess.run(["pgrep", "-f", "neuron_mpi.bench all_reduce -b 8KB"],
-                          capture_output=True, text=True)
-    assert left.stdout.strip() == "", left.stdout
+    end = time.monotonic() + 20  # the launch's ranks go with it
+    while True:
+        left = subprocess.run(["pgrep", "-f", "neuron_mpi.bench all_reduce -b 8KB"],
+                              capture_output=True, text=True).stdout.strip()
+        if not left or time.monotonic() > end:
+            break
+        time.sleep(0.5)
+    assert left == "", left
     bad = subprocess.run(prog + ["--timeout", "0"], capture_output=True, text=True,
                          timeout=60, cwd=tmp_path)
     assert bad.returncode == 2 and "--timeout: expected a positive number" in bad.stderr

@@ -61,10 +61,9 @@ def run_op(op: str, a) -> dict:
             sys.stderr.write(stdout[-3000:] + stderr[-3000:])
             raise SystemExit(f"vs_mpi: {op} did not finish within --timeout {a.timeout:g} s "
                              "(killed)") from None
-        res = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
-        if res.returncode != 0 or not os.path.exists(out):
-            sys.stderr.write(res.stdout[-3000:] + res.stderr[-3000:])
-            raise SystemExit(f"vs_mpi: {op} failed (exit {res.returncode})")
+        if proc.returncode != 0 or not os.path.exists(out):
+            sys.stderr.write(stdout[-3000:] + stderr[-3000:])
+            raise SystemExit(f"vs_mpi: {op} failed (exit {proc.returncode})")
         with open(out) as f:
             return json.load(f)
 

@@ -576,20 +576,11 @@ class Communicator:
                 return self._control._named(err, agreement.absent())
             return self._timeout_error(ex, op, seconds)
 
-        cid = self._id
-
-        def finished():
-            # done, and none of its pieces left waiting for room: a call returns
-            # with its sends made, as the agent, which would post them later, cannot
-            # run while the program's thread holds the GIL in a blocking C call (a
-            # first lower-case mpi4py collective on a communicator: MPI_Comm_dup)
-            return ex.done and not (eng.outq and eng.queued(cid, seq))
-
         def wait():
             try:
                 if not (async_op and ex.done and not eng.outq):  # (an async call the
                     # agent finished: nothing to drive, no claim of the engine)
-                    eng.drive(finished, deadline, on_timeout,
+                    eng.drive(lambda: eng.finished(ex), deadline, on_timeout,
                               start=None if async_op else ex, lone=ex)
             except Exception as e:  # a timeout, a failed read: the call failed midway
                 if call is not None:

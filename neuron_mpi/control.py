@@ -181,9 +181,8 @@ class Control:
         ex = Execution(eng, plan, {"in": vec, "out": out, "tmp": np.empty(plan.tmp_elems,
                                                                           np.int64)},
                        comm._id, cseq, "agreement")
-        try:  # (done with its own pieces posted: see Communicator._run_general)
-            eng.drive(lambda: ex.done and not (eng.outq and eng.queued(comm._id, cseq)),
-                      deadline, expired, start=ex)
+        try:  # (done with its own pieces posted: Engine.finished)
+            eng.drive(lambda: eng.finished(ex), deadline, expired, start=ex)
         except CollectiveTimeoutError as err:
             eng.cancel(ex, err)
             raise self._named(err, self._census(seq))

@@ -187,9 +187,8 @@ class Engine:
         key = (src, dst)
         per = self._piece_for.get(key)
         if per is None:
-            shm = self.hops.shm
-            inside = src != dst and all(r in shm for r in self.topo.route(src, dst))
-            per = self._piece_for[key] = self.read_piece if inside else self.piece_bytes
+            per = self._piece_for[key] = (self.read_piece if self.hops.inside(src, dst)
+                                          else self.piece_bytes)
         return per
 
     def send(self, key, dst: int, payload: np.ndarray, total: int,
@@ -316,10 +315,16 @@ class Engine:
             p.private = True
             self.outq.append(p)
 
-    def queued(self, comm_id: int, seq: int) -> bool:
-        """Pieces of call ``seq`` of communicator ``comm_id`` still wait here for room
-        at their next rank (call with the lock held)."""
-        return any(p.header[0] == comm_id and p.header[1] == seq for p in self.outq)
+    def finished(self, ex) -> bool:
+        """Execution ``ex`` is done and none of its pieces still waits here for room
+        at its next rank (call with the lock held): a call returns with its sends
+        made, as the agent, which would post them later, cannot run while the
+        program's thread holds the GIL in a blocking C call (a first lower-case
+        mpi4py collective on a communicator: MPI_Comm_dup)."""
+        if not ex.done:
+            return False
+        cid, seq = ex.comm_id, ex.seq
+        return not any(p.header[0] == cid and p.header[1] == seq for p in self.outq)
 
     def take(self, key) -> Arrival | None:
         """The piece with this key, if it has arrived (call with the lock held).

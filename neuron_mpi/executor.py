@@ -342,8 +342,7 @@ def _send_inside(s, hops) -> bool:
 
 
 def _recv_inside(r, hops) -> bool:
-    me, shm = hops.me, hops.shm
-    return r.src != me and all(x in shm for x in hops.topo.route(r.src, me))
+    return hops.inside(r.src, hops.me)
 
 
 def _inside(st, hops) -> bool:
@@ -429,8 +428,7 @@ def sendrecv_plan(engine, dst: int, sxid: int, nsend: int, src: int, rxid: int,
     plan.tmp_elems = 0
     plan.native = plan.parts = None
     hops = engine.hops
-    if engine.native and src != engine.rank and NativePlan.fits(plan.steps, hops) and all(
-            r in hops.shm for r in hops.topo.route(src, engine.rank)):
+    if engine.native and _inside(plan.steps[0][1], hops):
         plan.native = NativePlan(plan.steps, 1, "uint8", hops, engine.shm.local)
     return plan
 

@@ -83,6 +83,7 @@ class NextHops:
         self._domains = domains
         self._cache: dict[tuple[int, int], NextHop] = {}
         self._entry: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._inside: dict[tuple[int, int], bool] = {}
 
     def _charges(self, path) -> tuple[int, ...]:
         n = self.topo.size
@@ -117,6 +118,17 @@ class NextHops:
             while j + 1 < len(path) and dom[path[j + 1]] == dom[path[j]]:
                 j += 1
         return NextHop("mpi", path[j], self._charges(path[i:i + 2]), 1)
+
+    def inside(self, src: int, dst: int) -> bool:
+        """Does the whole route from ``src`` to another rank ``dst`` stay in this
+        rank's shared-memory domain?"""
+        key = (src, dst)
+        v = self._inside.get(key)
+        if v is None:
+            shm = self.shm
+            v = self._inside[key] = src != dst and all(
+                r in shm for r in self.topo.route(src, dst))
+        return v
 
     def entry(self, origin: int, dst: int) -> tuple[int, ...]:
         """The ledger charges of the links a message from ``origin`` to ``dst``

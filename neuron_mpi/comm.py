@@ -317,7 +317,7 @@ class Communicator:
             return self._agreement_timeout(op, seq, seconds)
 
         if rows is None:
-            A.compare(self._control.allgather(fp, seq, 0, deadline, expired), op, seq)
+            A.compare(self._control.agree(fp, seq, deadline, expired), op, seq)
             return
         # all-to-all-v: each member's share of the pairwise count check rides with
         # its fingerprint; only when the shares do not sum to 0 are the count rows
@@ -550,6 +550,13 @@ class Communicator:
             if call is not None:
                 tr.call_end(call, e)
             self._agreement_failed(e, entry)
+        if not plan.steps and agreement is None and not async_op:
+            # nothing to move (a barrier, whose agreement was the barrier): no
+            # execution to drive
+            if call is not None:
+                tr.call_end(call)
+            FlightRecorder.finish(entry)
+            return out if out is not None else np.empty(out_shape, x.dtype)
         x_flat = x.reshape(-1) if type(x) is np.ndarray and x.flags.c_contiguous else \
             np.ascontiguousarray(x).reshape(-1)  # (a subclass such as np.matrix stays 2-d)
         result = out if out is not None else (

@@ -10,6 +10,15 @@ Two ways, on the same engine as the data:
 * **routed**: otherwise. The vectors travel as an all-gather schedule through the
   engine (shared memory where it can, MPI between domains), under control keys
   that never meet data keys; the census sends an empty piece to every member.
+
+A call's argument agreement across domains (``agree``) needs only to know whether
+every fingerprint is the same, so after a communicator's first call it runs in two
+levels: the members of each domain meet on a board of their own, the first member
+of each domain (its leader) sends that board's table to every other domain's
+leader over MPI, and the leaders tell their domain-mates the verdict on the board.
+Only the leaders poll MPI; the others sleep on the board. When any fingerprint
+differs, every member then all-gathers the whole table routed, so that all raise
+the same error as on the other paths.
 """
 from __future__ import annotations
 
@@ -17,12 +26,30 @@ import time
 
 import numpy as np
 
+from . import agree as A
 from .engine import CENSUS_XID
 from .errors import CollectiveTimeoutError
 from .executor import Execution, Plan
 from .transport.segment import FP_WORDS
 
 CENSUS_WAIT = 1.0  # s: how long the census listens after a timeout
+LEADER_XID = -2_000_000  # a domain leader's table: transfer LEADER_XID - member
+_UNDECIDED = object()  # Control._split before the communicator's first agreement
+
+
+class _Split:
+    """A communicator's members by shared-memory domain, for the agreement in two
+    levels: this domain's members (``local``, member indices, leader first), this
+    rank's row on their board, and every other domain's leader and members."""
+
+    __slots__ = ("board", "local", "row", "others", "parity")
+
+    def __init__(self, board, local, row, others):
+        self.board = board
+        self.local = local
+        self.row = row
+        self.others = others  # [(leader, members)]
+        self.parity = 0
 
 
 def _control_algorithm(view) -> str:
@@ -44,6 +71,7 @@ class Control:
         self._parity = 0
         self._open = None  # the last BoardAgreement handed to an execution
         self._plans: dict = {}  # the routed exchange's plan per vector length
+        self._split = _UNDECIDED  # a _Split, or None: no agreement in two levels
 
     @property
     def _board(self):
@@ -69,6 +97,117 @@ class Control:
             self.settle(deadline, expired)
             return self._on_board(vec, seq, deadline, expired)
         return self._routed(vec, seq, which, deadline, expired)
+
+    def agree(self, fp: np.ndarray, seq: int, deadline, expired) -> np.ndarray:
+        """The members' fingerprints (``fp``, at most FP_WORDS) as a table for
+        agree.compare. Across domains, after the communicator's first call, in two
+        levels (the module's docstring): then, when every fingerprint is the same,
+        the table is ``fp`` repeated (a read-only view). Past ``deadline`` raises
+        ``expired()`` with the absent members named."""
+        if self._board is not None or fp.size > FP_WORDS:
+            return self.allgather(fp, seq, 0, deadline, expired)
+        sp = self._split
+        if sp is _UNDECIDED:
+            # the first call decides, alike on every member: a word beside the
+            # fingerprint says whether this member's domain has a board for it
+            sp = self._split_layout()
+            vec = np.append(fp, 0 if sp is None else 1)
+            table = self._routed(vec, seq, 0, deadline, expired)
+            self._split = sp if table[:, -1].all() else None
+            return table[:, :-1]
+        if sp is None:
+            return self._routed(fp, seq, 0, deadline, expired)
+        return self._two_level(sp, fp, seq, deadline, expired)
+
+    def _split_layout(self):
+        """This rank's _Split, or None where the agreement cannot run in two levels:
+        a member outside every shared-memory domain, one domain holding them all, a
+        leader's table larger than a piece, or no board left in this domain."""
+        comm = self.comm
+        eng = comm._engine
+        doms = eng.domains
+        if eng.shm is None or eng.mpi is None or doms is None:
+            return None
+        by_dom: dict[int, list[int]] = {}
+        for m, w in enumerate(comm.ranks):
+            if doms[w] < 0:
+                return None
+            by_dom.setdefault(doms[w], []).append(m)
+        mine = by_dom[doms[comm.world_rank]]
+        if len(by_dom) < 2 or max(len(v) for v in by_dom.values()) * FP_WORDS * 8 > \
+                eng.piece_bytes:
+            return None
+        # (its own id; only this module's Python waits on it: no doorbells rung)
+        board = eng.shm.board(comm._id | 1 << 62, [comm.ranks[m] for m in mine], ring=False)
+        if board is None:
+            return None
+        others = [(v[0], v) for v in by_dom.values() if v is not mine]
+        return _Split(board, mine, mine.index(comm.rank), others)
+
+    def _two_level(self, sp, fp, seq, deadline, expired) -> np.ndarray:
+        comm = self.comm
+        n = comm.size
+        k = fp.size
+        # first turn: every member publishes its fingerprint; only the leader waits
+        # for the others (a member arrives at the second turn, whose table nobody
+        # reads but for the leader's row, before the first is complete: the leader
+        # reads the first turn's table before it arrives at the second, and nobody
+        # writes that table again before the second is complete)
+        local = self._sub_turn(sp, fp, seq, deadline, expired, sp.row == 0)
+        verdict = np.zeros(1, np.int64)
+        if sp.row == 0:  # the leader: every domain's table, then the verdict
+            table = np.empty((n, k), np.int64)
+            table[sp.local] = local[:, :k]
+            self._leaders(sp, local[:, :k], table, seq, deadline, expired)
+            same = (table == table[0]).all() and not table[0, A.STATUS]
+            verdict[0] = 1 if same else 2
+        said = self._sub_turn(sp, verdict, seq, deadline, expired, True)
+        if said[0, 0] == 1:
+            return np.broadcast_to(fp, (n, k))
+        # some fingerprint differs: the whole table, for every member's same error
+        return self._routed(fp, seq, 0, deadline, expired)
+
+    def _sub_turn(self, sp, row, seq, deadline, expired, wait: bool):
+        """One turn on this domain's board of a two-level agreement: publish ``row``,
+        and with ``wait``, wait for every domain-mate and return their rows (a copy)."""
+        b = sp.board
+        p = sp.parity
+        target = b.arrive(p, sp.row, row)
+        if not wait:
+            b.done(p)
+            sp.parity ^= 1
+            return None
+        while not b.ready(p, target):
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise self._named(expired(), self._census(seq))
+            b.wait(p, target, left)
+        table = b.table(p)
+        b.done(p)
+        sp.parity ^= 1
+        return table
+
+    def _leaders(self, sp, rows, table, seq, deadline, expired) -> None:
+        """This domain's leader sends its domain's ``rows`` to every other domain's
+        leader and files theirs in ``table`` (over the engine: MPI between domains)."""
+        comm = self.comm
+        eng = comm._engine
+        cid, cseq, me = comm._id, -2 * seq - 1, comm.rank
+        payload = np.ascontiguousarray(rows).reshape(-1).view(np.uint8)
+        keys = {(cid, cseq, LEADER_XID - lead, 0): members for lead, members in sp.others}
+        with eng.held():
+            for lead, _ in sp.others:
+                eng.send((cid, cseq, LEADER_XID - me, 0), comm.ranks[lead], payload,
+                         payload.nbytes)
+        try:
+            eng.drive(lambda: all(eng.has(key) for key in keys), deadline, expired)
+        except CollectiveTimeoutError as err:
+            raise self._named(err, self._census(seq))
+        with eng.held():
+            for key, members in keys.items():
+                a = eng.take(key)
+                table[members] = a.data.view(np.int64).reshape(len(members), -1)
+                a.release()
 
     def board_agreement(self, fp: np.ndarray, op: str, seq: int, deadline=None,
                         expired=None, behind: bool = False):

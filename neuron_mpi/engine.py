@@ -157,6 +157,9 @@ class Engine:
             self._my_row = 0
             self.bell = _private_bell()
             agent_bell = _private_bell()
+        # each world rank's shared-memory domain (its first member; -1: none); None
+        # when not known
+        self.domains = domains
         self.inbox: dict[tuple, Arrival] = {}
         self._dead: set[int] = set()  # failed communicators (forget())
         self.outq: list[Pending] = []

@@ -187,10 +187,12 @@ class ShmTransport:
         return True
 
     # --- boards and ledger ----------------------------------------------------------------
-    def board(self, comm_id: int, ranks) -> Board | None:
+    def board(self, comm_id: int, ranks, ring: bool = True) -> Board | None:
         """The agreement board of a communicator whose members (``ranks``, world
         ranks) are all in this domain (claimed by compare-and-swap in an
-        open-addressed table), or None when the table is full."""
+        open-addressed table), or None when the table is full. ``ring``: the
+        last member to arrive rings every member's doorbell (where compiled runs
+        wait for the agreement) besides waking the board's own sleepers."""
         b = self._boards.get(comm_id)
         if b is not None:
             return b
@@ -200,7 +202,7 @@ class ShmTransport:
             old = A.compare_exchange(self._board_area, idx * self._board_words, 0, comm_id)
             if old == 0 or old == comm_id:
                 b = Board(self.seg, idx, np.array([self.local[r] for r in ranks], np.int64),
-                          self._ring_many)
+                          self._ring_many if ring else _ring_none)
                 self._boards[comm_id] = b
                 return b
         return None
@@ -215,6 +217,10 @@ class ShmTransport:
         self._boards.clear()
         self.seg8 = self._board_area = None
         self.seg.close()
+
+
+def _ring_none(bells) -> None:
+    pass
 
 
 __all__ = ["ShmTransport", "HDR_WORDS"]

@@ -316,3 +316,111 @@ def test_refused_layout_on_inf2(comm):
     g = list(range(comm.rank // 4 * 4, comm.rank // 4 * 4 + 4))
     assert_same(tp.all_reduce(to_dtype(ints[comm.rank], DTYPES["fp32"])),
                 reduce_ref(ints[g], "sum", DTYPES["fp32"]), "inf2 TP all_reduce")
+
+
+# --- the argument agreement across domains, in two levels -------------------------------
+def _agreed_once(comm):
+    """A new communicator of every rank, after its first call (which decides, alike
+    on every member, how it agrees: Control.agree)."""
+    sub = comm.split([list(range(comm.size))])
+    sub.barrier(timeout=60)
+    return sub
+
+
+def _domains(sub):
+    """Every domain's members (member indices, in order), when this job agrees across
+    domains in two levels (ranks on several shared-memory domains with the argument
+    agreement on), else None."""
+    eng = sub._engine
+    if eng.shm is None or eng.mpi is None or not nm.env.checking():
+        return None
+    by: dict = {}
+    for m, w in enumerate(sub.ranks):
+        by.setdefault(eng.domains[w], []).append(m)
+    return list(by.values()) if len(by) > 1 else None
+
+
+def test_agreement_across_domains_in_two_levels(comm, monkeypatch):
+    """Across domains (NEURON_MPI_SHM=node: 2 x 32) a call's agreement after the
+    communicator's first runs in two levels: each domain's members meet on a board
+    of their own and only each domain's first member (its leader) sends over MPI,
+    one message to each other leader. Before, every member took part in a routed
+    all-gather with MPI hops, every rank polling MPI (2 x 32 trn1 ranks: a barrier,
+    which is the agreement alone, 35-45 ms a call; now 10-11 ms). Results stay right."""
+    from neuron_mpi import control as C
+    from neuron_mpi import engine as E
+
+    sub = _agreed_once(comm)
+    doms = _domains(sub)
+    sends = []
+    send = E.Engine.send
+
+    def counting(self, key, dst, payload, total, origin=None):
+        sends.append((key, self.hops.decide(self.rank if origin is None else origin,
+                                            dst).transport))
+        return send(self, key, dst, payload, total, origin)
+
+    monkeypatch.setattr(E.Engine, "send", counting)
+    for _ in range(3):
+        sub.barrier(timeout=60)
+    monkeypatch.setattr(E.Engine, "send", send)
+    n, me = sub.size, sub.rank
+    ints = int_table(seed_of("two-levels", n), n, 5, DTYPES["int32"], "sum")
+    got = sub.all_reduce(to_dtype(ints[me], DTYPES["int32"]), timeout=60)
+    comm.barrier()
+    assert_same(got, reduce_ref(ints, "sum", DTYPES["int32"]), "all_reduce after them")
+    if doms is None:
+        return
+    assert isinstance(sub._control._split, C._Split)
+    mine = next(d for d in doms if me in d)
+    if me == mine[0]:  # a leader: one message to each other leader per call, over MPI
+        want = sorted(sub.ranks[d[0]] for d in doms if d is not mine) * 3
+        assert sorted(k[2] for k, _ in sends) == [C.LEADER_XID - me] * len(want), sends
+        assert {t for _, t in sends} == {"mpi"}, sends
+    else:
+        assert sends == [], sends
+
+
+@pytest.mark.parametrize("who", ["member", "leader"])
+def test_disagreement_across_domains_fails_every_rank_alike(comm, who):
+    """A member of the last domain (its leader, or its last member) disagrees on the
+    dtype, then rejects its own reduce op: every rank raises the same error naming
+    it, before any data moved (the leaders' verdict sends every member to the whole
+    table, as on the other paths)."""
+    sub = _agreed_once(comm)
+    doms = _domains(sub)
+    odd = (doms[-1][0] if who == "leader" else doms[-1][-1]) if doms else sub.size - 1
+    me = sub.rank
+    x = np.ones(4, np.float64 if me == odd else np.float32)
+    with pytest.raises(nm.CollectiveMismatchError, match="dtype") as info:
+        sub.all_reduce(x, timeout=60)
+    assert f"rank {odd}: fp64" in str(info.value), str(info.value)
+    assert_same(x, np.ones(4, x.dtype), "input changed")
+    with pytest.raises(nm.CommunicatorFailedError):
+        sub.all_reduce(np.ones(4, np.float32), timeout=20)
+    sub = _agreed_once(comm)
+    with pytest.raises(nm.InvalidArgumentError) as info:
+        sub.all_reduce(np.ones(4, np.float32), op="mean" if me == odd else "sum",
+                       timeout=60)
+    if me != odd:  # (the rank that rejected its arguments raises its own error)
+        assert f"rank(s) {odd} of the group" in str(info.value), str(info.value)
+    got = sub.all_reduce(np.ones(4, np.float32), timeout=60)  # every rank goes on alike
+    assert_same(got, np.full(4, sub.size, np.float32), "the call after a rejected one")
+
+
+@pytest.mark.parametrize("who", ["member", "leader"])
+def test_absent_member_across_domains_is_named(comm, who):
+    """A member of the last domain (its leader, or its last member) never calls:
+    every other rank times out naming it, whether it waits on its domain's board or
+    for another domain's leader."""
+    sub = _agreed_once(comm)
+    doms = _domains(sub)
+    absent = (doms[-1][0] if who == "leader" else doms[-1][-1]) if doms else sub.size - 1
+    raised = 0
+    if sub.rank != absent:
+        with pytest.raises(nm.CollectiveTimeoutError) as info:
+            sub.all_reduce(np.ones(3, np.float32), timeout=3)
+        assert f"not heard from: rank {absent}" in str(info.value), str(info.value)
+        raised = 1
+    counts = comm.all_gather(np.array([raised], np.int64))
+    assert counts.sum() == comm.size - 1

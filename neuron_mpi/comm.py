@@ -317,12 +317,12 @@ class Communicator:
             return self._agreement_timeout(op, seq, seconds)
 
         if rows is None:
-            A.compare(self._control.agree(fp, seq, deadline, expired), op, seq)
+            A.compare(self._control.agree(fp, fp.size, seq, deadline, expired), op, seq)
             return
         # all-to-all-v: each member's share of the pairwise count check rides with
         # its fingerprint; only when the shares do not sum to 0 are the count rows
         # all-gathered, to name the pair that disagrees
-        table = self._control.allgather(np.append(fp, share), seq, 0, deadline, expired)
+        table = self._control.agree(np.append(fp, share), fp.size, seq, deadline, expired)
         A.compare(table[:, :fp.size], op, seq)
         if not A.pairs_agree(table[:, fp.size]):
             self._name_pair(op, seq, rows, deadline, expired)
@@ -345,10 +345,11 @@ class Communicator:
         except InvalidArgumentError:
             timeout = None  # the bad timeout is this rank's own error: use the default
         fp = A.fingerprint(op, self._seq, status=1)
-        if op == "all_to_all_v":  # its members' vectors carry one more word (_exchange)
-            fp = np.append(fp, 0)
+        # (all-to-all-v's members' vectors carry a share of the count check: the
+        # same exchange, with a share of 0 and no rows, which compare never reaches)
+        rows = () if op == "all_to_all_v" else None
         try:
-            self._exchange(fp, op, timeout)
+            self._exchange(fp, op, timeout, rows, 0)
         except NeuronMPIError:
             pass
 

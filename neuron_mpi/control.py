@@ -12,7 +12,8 @@ Two ways, on the same engine as the data:
   that never meet data keys; the census sends an empty piece to every member.
 
 A call's argument agreement across domains (``agree``) needs only to know whether
-every fingerprint is the same, so after a communicator's first call it runs in two
+every fingerprint is the same (and whether all-to-all-v's shares of the count check
+sum to 0), so after a communicator's first call it runs in two
 levels: the members of each domain meet on a board of their own, the first member
 of each domain (its leader) sends that board's table to every other domain's
 leader over MPI, and the leaders tell their domain-mates the verdict on the board.
@@ -98,26 +99,28 @@ class Control:
             return self._on_board(vec, seq, deadline, expired)
         return self._routed(vec, seq, which, deadline, expired)
 
-    def agree(self, fp: np.ndarray, seq: int, deadline, expired) -> np.ndarray:
-        """The members' fingerprints (``fp``, at most FP_WORDS) as a table for
-        agree.compare. Across domains, after the communicator's first call, in two
-        levels (the module's docstring): then, when every fingerprint is the same,
-        the table is ``fp`` repeated (a read-only view). Past ``deadline`` raises
-        ``expired()`` with the absent members named."""
-        if self._board is not None or fp.size > FP_WORDS:
-            return self.allgather(fp, seq, 0, deadline, expired)
+    def agree(self, vec: np.ndarray, nf: int, seq: int, deadline, expired) -> np.ndarray:
+        """The members' ``vec`` (int64, at most FP_WORDS: a fingerprint's ``nf``
+        fields, which must be the same on every member, then words whose sums over
+        the members must be 0: all-to-all-v's agree.pair_share) as a table for
+        agree.compare and agree.pairs_agree. Across domains, after the
+        communicator's first call, in two levels (the module's docstring): then,
+        when they agree, the table is the fields repeated and zeros. Past
+        ``deadline`` raises ``expired()`` with the absent members named."""
+        if self._board is not None or vec.size > FP_WORDS:
+            return self.allgather(vec, seq, 0, deadline, expired)
         sp = self._split
         if sp is _UNDECIDED:
             # the first call decides, alike on every member: a word beside the
-            # fingerprint says whether this member's domain has a board for it
+            # vector says whether this member's domain has a board for it
             sp = self._split_layout()
-            vec = np.append(fp, 0 if sp is None else 1)
-            table = self._routed(vec, seq, 0, deadline, expired)
+            table = self._routed(np.append(vec, 0 if sp is None else 1), seq, 0, deadline,
+                                 expired)
             self._split = sp if table[:, -1].all() else None
             return table[:, :-1]
         if sp is None:
-            return self._routed(fp, seq, 0, deadline, expired)
-        return self._two_level(sp, fp, seq, deadline, expired)
+            return self._routed(vec, seq, 0, deadline, expired)
+        return self._two_level(sp, vec, nf, seq, deadline, expired)
 
     def _split_layout(self):
         """This rank's _Split, or None where the agreement cannot run in two levels:
@@ -144,28 +147,32 @@ class Control:
         others = [(v[0], v) for v in by_dom.values() if v is not mine]
         return _Split(board, mine, mine.index(comm.rank), others)
 
-    def _two_level(self, sp, fp, seq, deadline, expired) -> np.ndarray:
+    def _two_level(self, sp, vec, nf, seq, deadline, expired) -> np.ndarray:
         comm = self.comm
         n = comm.size
-        k = fp.size
+        k = vec.size
         # first turn: every member publishes its fingerprint; only the leader waits
         # for the others (a member arrives at the second turn, whose table nobody
         # reads but for the leader's row, before the first is complete: the leader
         # reads the first turn's table before it arrives at the second, and nobody
         # writes that table again before the second is complete)
-        local = self._sub_turn(sp, fp, seq, deadline, expired, sp.row == 0)
+        local = self._sub_turn(sp, vec, seq, deadline, expired, sp.row == 0)
         verdict = np.zeros(1, np.int64)
         if sp.row == 0:  # the leader: every domain's table, then the verdict
             table = np.empty((n, k), np.int64)
             table[sp.local] = local[:, :k]
             self._leaders(sp, local[:, :k], table, seq, deadline, expired)
-            same = (table == table[0]).all() and not table[0, A.STATUS]
+            fields = table[:, :nf]
+            same = (fields == fields[0]).all() and not fields[0, A.STATUS] and \
+                all(A.pairs_agree(table[:, j]) for j in range(nf, k))
             verdict[0] = 1 if same else 2
         said = self._sub_turn(sp, verdict, seq, deadline, expired, True)
         if said[0, 0] == 1:
-            return np.broadcast_to(fp, (n, k))
-        # some fingerprint differs: the whole table, for every member's same error
-        return self._routed(fp, seq, 0, deadline, expired)
+            table = np.zeros((n, k), np.int64)
+            table[:, :nf] = vec[:nf]
+            return table
+        # some member disagrees: the whole table, for every member's same error
+        return self._routed(vec, seq, 0, deadline, expired)
 
     def _sub_turn(self, sp, row, seq, deadline, expired, wait: bool):
         """One turn on this domain's board of a two-level agreement: publish ``row``,

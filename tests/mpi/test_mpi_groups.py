@@ -424,3 +424,28 @@ def test_absent_member_across_domains_is_named(comm, who):
         raised = 1
     counts = comm.all_gather(np.array([raised], np.int64))
     assert counts.sum() == comm.size - 1
+
+
+def test_all_to_all_v_counts_across_domains(comm):
+    """All-to-all-v's count check rides with the two-level agreement (the leaders
+    check that the shares sum to 0): counts that agree run; counts that disagree
+    (the last rank expects two rows from rank 0, which sends one) fail every rank
+    alike, naming the pair; a rank that rejects its own counts fails every rank too,
+    and the next call runs everywhere."""
+    sub = _agreed_once(comm)
+    n, me = sub.size, sub.rank
+    last = n - 1
+    got = sub.all_to_all_v(np.full(n, me, np.float32), [1] * n, [1] * n, timeout=60)
+    assert_same(got, np.arange(n, dtype=np.float32), "all_to_all_v across domains")
+    recv = [2 if me == last and j == 0 else 1 for j in range(n)]
+    with pytest.raises(nm.CollectiveMismatchError,
+                       match=f"rank 0 sends 1 rows to rank {last}, which expects 2"):
+        sub.all_to_all_v(np.zeros(n, np.float32), [1] * n, recv, timeout=60)
+    sub = _agreed_once(comm)
+    send = [-1 if me == last else 1] + [1] * (n - 1)
+    with pytest.raises(nm.InvalidArgumentError) as info:
+        sub.all_to_all_v(np.zeros(n, np.float32), send, [1] * n, timeout=60)
+    if me != last:
+        assert f"rank(s) {last} of the group" in str(info.value), str(info.value)
+    got = sub.all_to_all_v(np.full(n, me, np.float32), [1] * n, [1] * n, timeout=60)
+    assert_same(got, np.arange(n, dtype=np.float32), "all_to_all_v after a rejected one")

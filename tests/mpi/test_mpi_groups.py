@@ -346,7 +346,7 @@ def test_agreement_across_domains_in_two_levels(comm, monkeypatch):
     of their own and only each domain's first member (its leader) sends over MPI,
     one message to each other leader. Before, every member took part in a routed
     all-gather with MPI hops, every rank polling MPI (2 x 32 trn1 ranks: a barrier,
-    which is the agreement alone, 35-45 ms a call; now 10-11 ms). Results stay right."""
+    which is the agreement alone, 31-36 ms a call; now 6-8 ms). Results stay right."""
     from neuron_mpi import control as C
     from neuron_mpi import engine as E
 

@@ -381,6 +381,7 @@ def test_agreement_across_domains_in_two_levels(comm, monkeypatch):
         assert sends == [], sends
 
 
+@pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("who", ["member", "leader"])
 def test_disagreement_across_domains_fails_every_rank_alike(comm, who):
     """A member of the last domain (its leader, or its last member) disagrees on the
@@ -408,6 +409,7 @@ def test_disagreement_across_domains_fails_every_rank_alike(comm, who):
     assert_same(got, np.full(4, sub.size, np.float32), "the call after a rejected one")
 
 
+@pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("who", ["member", "leader"])
 def test_absent_member_across_domains_is_named(comm, who):
     """A member of the last domain (its leader, or its last member) never calls:
@@ -426,6 +428,7 @@ def test_absent_member_across_domains_is_named(comm, who):
     assert counts.sum() == comm.size - 1
 
 
+@pytest.mark.mpi(min_size=2)
 def test_all_to_all_v_counts_across_domains(comm):
     """All-to-all-v's count check rides with the two-level agreement (the leaders
     check that the shares sum to 0): counts that agree run; counts that disagree

@@ -422,7 +422,10 @@ def test_absent_member_across_domains_is_named(comm, who):
     if sub.rank != absent:
         with pytest.raises(nm.CollectiveTimeoutError) as info:
             sub.all_reduce(np.ones(3, np.float32), timeout=3)
-        assert f"not heard from: rank {absent}" in str(info.value), str(info.value)
+        # (named among the members the census did not hear from: on a loaded machine
+        # a present member's census may come late and be named too)
+        assert absent in getattr(info.value, "absent", ()) and \
+            "not heard from: rank" in str(info.value), str(info.value)
         raised = 1
     counts = comm.all_gather(np.array([raised], np.int64))
     assert counts.sum() == comm.size - 1

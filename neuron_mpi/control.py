@@ -159,9 +159,10 @@ class Control:
         local = self._sub_turn(sp, vec, seq, deadline, expired, sp.row == 0)
         verdict = np.zeros(1, np.int64)
         if sp.row == 0:  # the leader: every domain's table, then the verdict
+            rows = local[:, :k]
             table = np.empty((n, k), np.int64)
-            table[sp.local] = local[:, :k]
-            self._leaders(sp, local[:, :k], table, seq, deadline, expired)
+            table[sp.local] = rows
+            self._leaders(sp, rows, table, seq, deadline, expired)
             fields = table[:, :nf]
             same = (fields == fields[0]).all() and not fields[0, A.STATUS] and \
                 all(A.pairs_agree(table[:, j]) for j in range(nf, k))
@@ -184,11 +185,7 @@ class Control:
             b.done(p)
             sp.parity ^= 1
             return None
-        while not b.ready(p, target):
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise self._named(expired(), self._census(seq))
-            b.wait(p, target, left)
+        self._wait_turn(b, p, target, deadline, expired, lambda: self._census(seq))
         table = b.table(p)
         b.done(p)
         sp.parity ^= 1
@@ -287,16 +284,21 @@ class Control:
     def _on_board(self, vec, seq, deadline, expired):
         b = self._board
         p = self._parity
-        target = b.arrive(p, self.comm.rank, vec)
-        while not b.ready(p, target):
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise self._named(expired(), self._absent_on_board(seq, p))
-            b.wait(p, target, left)
+        self._wait_turn(b, p, b.arrive(p, self.comm.rank, vec), deadline, expired,
+                        lambda: self._absent_on_board(seq, p))
         table = b.table(p)[:, :vec.size]
         b.done(p)
         self._parity ^= 1
         return table
+
+    def _wait_turn(self, b, p, target, deadline, expired, absent) -> None:
+        """Sleep until every member arrived on board ``b``'s turn of parity ``p``;
+        past ``deadline`` raise ``expired()`` naming ``absent()``."""
+        while not b.ready(p, target):
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise self._named(expired(), absent())
+            b.wait(p, target, left)
 
     def _absent_on_board(self, seq, p) -> list[int]:
         from .agree import SEQ

@@ -26,7 +26,7 @@ def _bytes_sent(sched, view, itemsize=4):
 
 def test_registry_is_the_one_list():
     names = registry.names()
-    assert set(names) == {"ring", "mesh", "mesh1", "rdh", "kangaring", "hierarchical",
+    assert set(names) == {"ring", "mesh", "mesh1", "rdh", "kangaring", "hierarchical", "hier-mesh",
                           "chip", "direct"}
     assert ALGORITHMS == names
     # fingerprint codes come from the registry and round-trip

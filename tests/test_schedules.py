@@ -174,6 +174,55 @@ def test_hierarchical_is_default_across_nodes(world, op):
                 assert topo.placement(hop.src).chip == topo.placement(hop.dst).chip
 
 
+@pytest.mark.parametrize("world", ["trn1-2nodes-64", "trn2-4nodes-256"])
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter"])
+def test_hierarchical_with_mesh_stages_below_1_mib(world, op):
+    """Below 1 MiB the runtime's hierarchical runs mesh stages (internode docs: "intra-
+    node Mesh + inter-node Mesh" for small sizes): two rounds per in-node stage (one
+    intra-chip, one off-chip) and one per inter-node mesh step, where the rings take a
+    round per member."""
+    view = _view(world)
+    assert choose(op, view, nbytes=(1 << 20) - 1) == "hier-mesh"
+    assert choose(op, view, nbytes=1 << 20) == "hierarchical"
+    sched = check(view, op, "hier-mesh")
+    rounds = {"all_reduce": 6, "all_gather": 3, "reduce_scatter": 3}[op]
+    assert len(sched.rounds) == rounds
+    topo = view.topo
+    efa = 0
+    for rnd in lower(sched, view, 8):
+        for hop in rnd:
+            if hop.link == "efa":  # the inter-node stage: same local index only
+                efa += 1
+                src, dst = topo.placement(hop.src), topo.placement(hop.dst)
+                assert (src.chip, src.core) == (dst.chip, dst.core) and src.node != dst.node
+    assert efa
+    # uneven blocks with empty ones, and every reduction op
+    rng = np.random.default_rng(5)
+    n = view.size
+    counts = tuple(int(c) for c in rng.integers(0, 3, n))
+    for reduce_op in ("sum", "max"):
+        for o, sizes in (("reduce_scatter", counts), ("all_gather", counts),
+                         ("all_reduce", 5), ("all_reduce", 0)):
+            s = schedule_for(view, o, "hier-mesh", sizes, False, None)
+            ins = [rng.integers(-3, 4, s.in_elems[g]) for g in range(n)]
+            outs = replay(s, ins, reduce_op)
+            want = reference(o, sizes, None, ins, reduce_op)
+            for g in range(n):
+                np.testing.assert_array_equal(outs[g], want[g], err_msg=f"{o} {sizes} {g}")
+
+
+def test_hierarchical_with_mesh_stages_on_a_sub_group():
+    """A group of 4 ranks on each of 2 nodes, one per chip on two chips and two on a
+    third: the in-node mesh serves whole chips, the inter-node mesh pairs local
+    indices."""
+    topo = nm.topology("trn2.48xlarge", 2, 2)
+    local = [0, 4, 8, 9]
+    view = GroupView(topo, local + [64 + r for r in local])
+    for op in ("all_reduce", "all_gather", "reduce_scatter"):
+        assert choose(op, view, nbytes=4096) == "hier-mesh"
+        check(view, op, "hier-mesh")
+
+
 def test_two_edge_disjoint_rings_carry_half_each():
     view = _view("trn2-64")
     assert len(view.rings) == 2
@@ -289,8 +338,11 @@ def test_trn2_default_follows_runtime_size_selection():
     assert choose("all_reduce", dp, nbytes=1 << 30) == "ring"
     with pytest.raises(AlgorithmError, match="'kangaring' needs every rank of each chip"):
         choose("all_reduce", dp, "kangaring")
-    # across nodes: hierarchical; trn1's flat ring for large buffers
-    assert choose("all_reduce", _view("trn1-2nodes-64"), nbytes=4096) == "hierarchical"
+    # across nodes: hierarchical, with mesh stages below 1 MiB; trn1's flat ring for
+    # large buffers
+    assert choose("all_reduce", _view("trn1-2nodes-64"), nbytes=4096) == "hier-mesh"
+    assert choose("all_gather", _view("trn1-2nodes-64"), nbytes=(1 << 20) - 1) == "hier-mesh"
+    assert choose("all_reduce", _view("trn1-2nodes-64"), nbytes=1 << 20) == "hierarchical"
     assert choose("all_reduce", _view("trn1-2nodes-64"), nbytes=1 << 30) == "ring"
     assert choose("all_reduce", _view("trn2-4nodes-256"), nbytes=1 << 30) == "hierarchical"
 

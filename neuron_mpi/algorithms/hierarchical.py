@@ -2,11 +2,11 @@
 "Hierarchical Algorithm"). All-reduce = intra-node reduce-scatter, inter-node
 all-reduce among the ranks sharing a local index, intra-node all-gather;
 all-gather runs inter-node first; reduce-scatter intra-node first. Both stages run
-rings here (the runtime picks a sub-algorithm per stage; we do not).
+rings here; below 1 MiB the runtime's sub-algorithms are meshes (hiermesh.py).
 
 Default for groups on several nodes with the same local indices and more than one
-rank per node ("Communication Groups - Multiple Ranks per Node"), except trn1's
-flat ring for large buffers (ring.py)."""
+rank per node ("Communication Groups - Multiple Ranks per Node") from 1 MiB, except
+trn1's flat ring for large buffers (ring.py)."""
 from __future__ import annotations
 
 from . import levels

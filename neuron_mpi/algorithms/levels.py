@@ -7,7 +7,7 @@ All sizes are in elements of the flattened buffers.
 """
 from __future__ import annotations
 
-from ..schedule import IN, OUT, TMP, Local, merge_parallel, offsets, split
+from ..schedule import IN, OUT, TMP, Local, Locals, Schedule, merge_parallel, offsets, split
 from . import phases as P
 
 
@@ -81,4 +81,143 @@ def build(view, op, sizes, avg, algo, lgs, cross_rdh):
         return reduce_scatter(view, list(sizes), algo, lgs, cross_rdh, avg, op=op)
     if op == "all_gather":
         return all_gather(view, list(sizes), algo, lgs, cross_rdh, op=op)
+    raise AssertionError(op)
+
+
+# --- mesh stages (hierarchical with intra-node Mesh + inter-node Mesh) -------------
+def _local_chips(view, lgs):
+    """The chips of each local group (a node's chips, in ``by_chip`` order)."""
+    from .mesh import Chips
+
+    out = []
+    for lg in lgs:
+        mine = set(lg)
+        out.append(Chips([c for c in view.by_chip if c[0] in mine]))
+    return out
+
+
+def _cross_chips(lgs, b):
+    """The members at local position b, one per "chip": the inter-node mesh."""
+    from .mesh import Chips
+
+    return Chips([[lg[b]] for lg in lgs])
+
+
+def _together(stages):
+    """Steps of stages that run at the same time on disjoint members, merged step by
+    step (each a list of Round/Locals of one shape; empty ones carry no data)."""
+    from ..schedule import Locals, Round
+
+    stages = [s for s in stages if s]
+    if not stages:
+        return []
+    shape = [type(st) for st in stages[0]]
+    assert all([type(st) for st in s] == shape for s in stages), "stages differ in shape"
+    return [Round([x for s in stages for x in s[i].xfers]) if kind is Round
+            else Locals([op for s in stages for op in s[i].ops])
+            for i, kind in enumerate(shape)]
+
+
+def _mesh_rs(chips_list, regions, result, base):
+    from .mesh import reduce_scatter_steps
+
+    extra = {}
+    stages = []
+    for ch in chips_list:
+        steps, ex = reduce_scatter_steps(ch, regions, result, base)
+        stages.append(steps)
+        extra.update(ex)
+    return _together(stages), extra
+
+
+def _mesh_ag(chips_list, regions, src):
+    from .mesh import all_gather_steps
+
+    return _together([all_gather_steps(ch, regions, src) for ch in chips_list])
+
+
+def _in_place(d, off):
+    return TMP, off
+
+
+def _at(d, off):
+    return OUT, off
+
+
+def mesh_all_reduce(view, count, algo, lgs, avg=False):
+    """In-node mesh reduce-scatter (member b of each node ends with chunk b summed
+    over its node, in place in TMP), inter-node mesh all-reduce of chunk b among the
+    members at position b, in-node mesh all-gather."""
+    n = view.size
+    m = len(lgs[0])
+    chunks = split(count, m)
+    local = _local_chips(view, lgs)
+    regions = {lg[b]: [chunks[b]] for lg in lgs for b in range(m)}
+    pre = [Local(g, "copy", IN, 0, count, TMP, 0) for g in range(n) if count]
+    st1, ex1 = _mesh_rs(local, regions, _in_place, count)
+    cross = [_cross_chips(lgs, b) for b in range(m)]
+    sub = {}
+    for b, (off, ln) in enumerate(chunks):
+        for lg, (o, ln2) in zip(lgs, split(ln, len(lgs))):
+            sub[lg[b]] = [(off + o, ln2)]
+    st2, ex2 = _mesh_rs(cross, sub, _at, count)
+    st3 = _mesh_ag(cross, sub, _at)
+    st4 = _mesh_ag(local, regions, _at)
+    steps = ([Locals(pre)] if pre else []) + st1 + st2 + st3 + st4
+    post = P.divide(n, lambda g: (0, count), avg)
+    if post:
+        steps.append(Locals(post))
+    return Schedule("all_reduce", algo, n, [count] * n, [count] * n,
+                    [count + max(ex1.get(g, 0), ex2.get(g, 0)) for g in range(n)], steps)
+
+
+def mesh_reduce_scatter(view, counts, algo, lgs, avg=False, op="reduce_scatter"):
+    """In-node mesh reduce-scatter first (member b of each node reduces, over its
+    node, the blocks of every member at position b, in place in TMP), then the
+    inter-node mesh reduce-scatter of those blocks among the members at position b."""
+    n = view.size
+    total = sum(counts)
+    boffs = offsets(counts)
+    m = len(lgs[0])
+    pre = [Local(g, "copy", IN, 0, total, TMP, 0) for g in range(n) if total]
+    local = _local_chips(view, lgs)
+    regions = {lg[b]: [(boffs[other[b]], counts[other[b]]) for other in lgs]
+               for lg in lgs for b in range(m)}
+    st1, ex1 = _mesh_rs(local, regions, _in_place, total)
+    own = {g: [(boffs[g], counts[g])] for g in range(n)}
+    st2, ex2 = _mesh_rs([_cross_chips(lgs, b) for b in range(m)], own,
+                        lambda d, off: (OUT, off - boffs[d]), total)
+    steps = ([Locals(pre)] if pre else []) + st1 + st2
+    post = P.divide(n, lambda g: (0, counts[g]), avg)
+    if post:
+        steps.append(Locals(post))
+    return Schedule(op, algo, n, [total] * n, list(counts),
+                    [total + max(ex1.get(g, 0), ex2.get(g, 0)) for g in range(n)], steps)
+
+
+def mesh_all_gather(view, counts, algo, lgs, op="all_gather"):
+    """Inter-node mesh all-gather among the members at each position first, then the
+    in-node mesh all-gather, each member carrying its position's blocks."""
+    n = view.size
+    total = sum(counts)
+    boffs = offsets(counts)
+    m = len(lgs[0])
+    pre = [Local(g, "copy", IN, 0, counts[g], OUT, boffs[g]) for g in range(n) if counts[g]]
+    own = {g: [(boffs[g], counts[g])] for g in range(n)}
+    st1 = _mesh_ag([_cross_chips(lgs, b) for b in range(m)], own, _at)
+    regions = {lg[b]: [(boffs[other[b]], counts[other[b]]) for other in lgs]
+               for lg in lgs for b in range(m)}
+    st2 = _mesh_ag(_local_chips(view, lgs), regions, _at)
+    steps = ([Locals(pre)] if pre else []) + st1 + st2
+    return Schedule(op, algo, n, list(counts), [total] * n, [0] * n, steps)
+
+
+def build_mesh(view, op, sizes, avg, algo, lgs):
+    """The two-level schedule with mesh stages of a reducing/gathering collective."""
+    if op == "all_reduce":
+        return mesh_all_reduce(view, sizes, algo, lgs, avg)
+    if op == "reduce_scatter":
+        return mesh_reduce_scatter(view, list(sizes), algo, lgs, avg, op=op)
+    if op == "all_gather":
+        return mesh_all_gather(view, list(sizes), algo, lgs, op=op)
     raise AssertionError(op)

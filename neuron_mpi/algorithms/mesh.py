@@ -31,29 +31,30 @@ from .rdh import MESH_BELOW
 from .registry import Algorithm
 
 
-class _Chips:
-    """Members per chip (chip order of GroupView.by_chip) and who serves whom."""
+class Chips:
+    """Members per chip (``lgs``: lists of group indices, chips in order) and who
+    serves whom. A whole group's chips are ``GroupView.by_chip``; a stage of a
+    two-level schedule passes one node's chips, or one member per "chip" for the
+    inter-node mesh."""
 
-    def __init__(self, view):
-        self.lgs = view.by_chip
-        self.chip_of = {}
-        for k, lg in enumerate(self.lgs):
-            for g in lg:
-                self.chip_of[g] = k
+    def __init__(self, lgs):
+        self.lgs = [list(lg) for lg in lgs]
+        self.chip_of = {g: k for k, lg in enumerate(self.lgs) for g in lg}
+        self.members = sorted(self.chip_of)
 
     def receiver(self, src_chip, dst_chip):
         """The rank of dst_chip that receives src_chip's chunks (all-gather)."""
         lg = self.lgs[dst_chip]
         return lg[src_chip % len(lg)]
 
-    def senders(self, k, n):
+    def senders(self, k):
         """{destination: sender on chip k} for every off-chip destination: the other
         chips dealt round-robin over chip k's ranks, so each rank serves whole
         chips (about a quarter of the off-chip destinations on a 4-rank chip)."""
         lg = self.lgs[k]
         others = [k2 for k2 in range(len(self.lgs)) if k2 != k]
         server = {k2: lg[i % len(lg)] for i, k2 in enumerate(others)}
-        return {d: server[self.chip_of[d]] for d in range(n) if self.chip_of[d] != k}
+        return {d: server[self.chip_of[d]] for d in self.members if self.chip_of[d] != k}
 
 
 def coalesce(xfers):
@@ -75,10 +76,13 @@ def coalesce(xfers):
     return out
 
 
-def reduce_scatter_steps(view, chips, blocks, result):
-    """Steps of a mesh reduce-scatter of the buffer already in each member's
-    TMP[0:total]; member d's block is ``blocks[d]`` = (off, len) and its result goes
-    to ``result(d)`` = (buf, off). Returns (steps, extra TMP elements per member).
+def reduce_scatter_steps(chips, regions, result, base):
+    """Steps of a mesh reduce-scatter among ``chips``' members of the buffer already
+    in each member's TMP[0:base]. Member d's block is the list of (off, len) regions
+    ``regions[d]`` (several when a two-level stage carries one block per node); the
+    reduced region at ``off`` goes to ``result(d, off)`` = (buf, off), which may be
+    the region itself in TMP. Slots start at TMP[base]. Returns (steps, {member:
+    extra TMP elements}).
 
     Every delivery lands in its own slot (no two transfers of a round write the same
     region), and the reductions are local steps in a fixed order:
@@ -87,63 +91,72 @@ def reduce_scatter_steps(view, chips, blocks, result):
       local:   each rank adds the slots into its copy of those chunks;
       round 1: each server writes the chip's partial sum to the destination's slot
                for that chip;
-      local:   each destination reduces the partial sums, chip by chip."""
-    n = view.size
+      local:   each destination reduces the partial sums, chip by chip (a result in
+               place keeps its own chip's sum and adds the others in chip order)."""
     K = len(chips.lgs)
-    total = sum(ln for _, ln in blocks)
-    serve = [chips.senders(k, n) for k in range(K)]
+    length = {d: sum(ln for _, ln in regions[d]) for d in chips.members}
+
+    def parts(d):
+        """(off, len, position in the block) of d's non-empty regions."""
+        pos = 0
+        for off, ln in regions[d]:
+            if ln:
+                yield off, ln, pos
+            pos += ln
+
+    serve = [chips.senders(k) for k in range(K)]
     # what each member reduces on its chip: its own block and the ones it serves
-    duty = {g: [g] for g in range(n)}
+    duty = {g: [g] for g in chips.members}
     for k in range(K):
         for d, s in sorted(serve[k].items()):
             duty[s].append(d)
     # mate j's chunks for t sit together (in duty order), so chunks of neighbouring
     # destinations travel as one message
-    pre_off, span, extra = {}, {}, [0] * n
-    for t in range(n):
+    pre_off, span, extra = {}, {}, {}
+    for t in chips.members:
         m = len(chips.lgs[chips.chip_of[t]])
         off = 0
         for d in duty[t]:
             pre_off[(t, d)] = off
-            off += blocks[d][1]
+            off += length[d]
         span[t] = off
         extra[t] = (m - 1) * off
     round_a, locals_a = [], []
-    for k, lg in enumerate(chips.lgs):
+    for lg in chips.lgs:
         for t in lg:
             mates = [a for a in lg if a != t]
             for j, a in enumerate(mates):
                 for d in duty[t]:
-                    off, ln = blocks[d]
-                    if ln:
-                        slot = total + j * span[t] + pre_off[(t, d)]
+                    for off, ln, p in parts(d):
+                        slot = base + j * span[t] + pre_off[(t, d)] + p
                         round_a.append(Xfer(a, t, TMP, off, ln, TMP, slot))
             for d in duty[t]:
-                off, ln = blocks[d]
-                for j in range(len(mates)) if ln else ():
-                    slot = total + j * span[t] + pre_off[(t, d)]
-                    locals_a.append(Local(t, "reduce", TMP, slot, ln, TMP, off))
-    part_base = [total + e for e in extra]
+                for off, ln, p in parts(d):
+                    for j in range(len(mates)):
+                        slot = base + j * span[t] + pre_off[(t, d)] + p
+                        locals_a.append(Local(t, "reduce", TMP, slot, ln, TMP, off))
 
-    def slot(d, k):
+    def slot(d, k, p):
         j = k if k < chips.chip_of[d] else k - 1
-        return part_base[d] + j * blocks[d][1]
+        return base + extra[d] + j * length[d] + p
 
     round_b = []
     for k in range(K):
         for d, s in serve[k].items():
-            off, ln = blocks[d]
-            if ln:
-                round_b.append(Xfer(s, d, TMP, off, ln, TMP, slot(d, k)))
+            for off, ln, p in parts(d):
+                round_b.append(Xfer(s, d, TMP, off, ln, TMP, slot(d, k, p)))
     post = []
-    for d in range(n):
-        off, ln = blocks[d]
-        if not ln:
-            continue
-        buf, roff = result(d)
-        for k in range(K):
-            src = off if k == chips.chip_of[d] else slot(d, k)
-            post.append(Local(d, "copy" if k == 0 else "reduce", TMP, src, ln, buf, roff))
+    for d in chips.members:
+        own = chips.chip_of[d]
+        for off, ln, p in parts(d):
+            buf, roff = result(d, off)
+            if (buf, roff) == (TMP, off):  # in place: own chip's sum is there
+                post.extend(Local(d, "reduce", TMP, slot(d, k, p), ln, TMP, off)
+                            for k in range(K) if k != own)
+                continue
+            for k in range(K):
+                src = off if k == own else slot(d, k, p)
+                post.append(Local(d, "copy" if k == 0 else "reduce", TMP, src, ln, buf, roff))
     steps = []
     if round_a:
         steps += [Round(coalesce(round_a)), Locals(locals_a)]
@@ -151,79 +164,81 @@ def reduce_scatter_steps(view, chips, blocks, result):
         steps.append(Round(coalesce(round_b)))
     if post:
         steps.append(Locals(post))
-    extra = [extra[d] + (K - 1) * blocks[d][1] for d in range(n)]
-    return steps, extra
+    return steps, {d: extra[d] + (K - 1) * length[d] for d in chips.members}
 
 
-def all_gather_steps(view, chips, blocks, src):
-    """Rounds of a mesh all-gather into OUT (block of member a at blocks[a]); member
-    a's own block is read from ``src(a)`` = (buf, off)."""
-    n = view.size
+def all_gather_steps(chips, regions, src):
+    """Rounds of a mesh all-gather among ``chips``' members into OUT: member a's
+    block is the list of (off, len) regions ``regions[a]``, each read from
+    ``src(a, off)`` = (buf, off) and written to the same offset of OUT."""
     K = len(chips.lgs)
     round_a, round_b = [], []
     for k, lg in enumerate(chips.lgs):
         for a in lg:
-            off, ln = blocks[a]
-            if not ln:
-                continue
-            buf, soff = src(a)
-            for b in lg:
-                if b != a:
-                    round_a.append(Xfer(a, b, buf, soff, ln, OUT, off))
-            for k2 in range(K):
-                if k2 != k:
-                    round_a.append(Xfer(a, chips.receiver(k, k2), buf, soff, ln, OUT, off))
+            for off, ln in regions[a]:
+                if not ln:
+                    continue
+                buf, soff = src(a, off)
+                for b in lg:
+                    if b != a:
+                        round_a.append(Xfer(a, b, buf, soff, ln, OUT, off))
+                for k2 in range(K):
+                    if k2 != k:
+                        round_a.append(Xfer(a, chips.receiver(k, k2), buf, soff, ln, OUT, off))
     for k2, lg2 in enumerate(chips.lgs):
         for k in range(K):
             if k == k2:
                 continue
             r = chips.receiver(k, k2)
             for a in chips.lgs[k]:
-                off, ln = blocks[a]
-                if ln:
-                    round_b.extend(Xfer(r, b, OUT, off, ln, OUT, off) for b in lg2 if b != r)
+                for off, ln in regions[a]:
+                    if ln:
+                        round_b.extend(Xfer(r, b, OUT, off, ln, OUT, off)
+                                       for b in lg2 if b != r)
     return [Round(coalesce(r)) for r in (round_a, round_b) if r]
 
 
 def all_reduce(view, count, avg):
     n = view.size
-    chips = _Chips(view)
+    chips = Chips(view.by_chip)
     blocks = split(count, n)
+    regions = [[b] for b in blocks]
     pre = [Local(g, "copy", IN, 0, count, TMP, 0) for g in range(n) if count]
-    rs, extra = reduce_scatter_steps(view, chips, blocks, lambda d: (OUT, blocks[d][0]))
-    ag = all_gather_steps(view, chips, blocks, lambda a: (OUT, blocks[a][0]))
+    rs, extra = reduce_scatter_steps(chips, regions, lambda d, off: (OUT, off), count)
+    ag = all_gather_steps(chips, regions, lambda a, off: (OUT, off))
     steps = ([Locals(pre)] if pre else []) + rs + ag
     post = P.divide(n, lambda g: (0, count), avg)
     if post:
         steps.append(Locals(post))
     return Schedule("all_reduce", "mesh", n, [count] * n, [count] * n,
-                    [count + e for e in extra], steps)
+                    [count + extra[g] for g in range(n)], steps)
 
 
 def reduce_scatter(view, counts, avg, op):
     n = view.size
-    chips = _Chips(view)
+    chips = Chips(view.by_chip)
     total = sum(counts)
     boffs = offsets(counts)
-    blocks = list(zip(boffs, counts))
+    regions = [[b] for b in zip(boffs, counts)]
     pre = [Local(g, "copy", IN, 0, total, TMP, 0) for g in range(n) if total]
-    rs, extra = reduce_scatter_steps(view, chips, blocks, lambda d: (OUT, 0))
+    rs, extra = reduce_scatter_steps(chips, regions, lambda d, off: (OUT, 0), total)
     steps = ([Locals(pre)] if pre else []) + rs
     post = P.divide(n, lambda g: (0, counts[g]), avg)
     if post:
         steps.append(Locals(post))
-    return Schedule(op, "mesh", n, [total] * n, list(counts), [total + e for e in extra], steps)
+    return Schedule(op, "mesh", n, [total] * n, list(counts),
+                    [total + extra[g] for g in range(n)], steps)
 
 
 def all_gather(view, counts, op):
     n = view.size
-    chips = _Chips(view)
+    chips = Chips(view.by_chip)
     total = sum(counts)
     boffs = offsets(counts)
-    blocks = list(zip(boffs, counts))
+    regions = [[b] for b in zip(boffs, counts)]
     pre = [Local(g, "copy", IN, 0, counts[g], OUT, boffs[g]) for g in range(n) if counts[g]]
-    steps = ([Locals(pre)] if pre else []) + all_gather_steps(view, chips, blocks,
-                                                               lambda a: (IN, 0))
+    steps = ([Locals(pre)] if pre else []) + all_gather_steps(
+        chips, regions, lambda a, off: (IN, 0))
     return Schedule(op, "mesh", n, list(counts), [total] * n, [0] * n, steps)
 
 

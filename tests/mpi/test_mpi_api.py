@@ -610,6 +610,9 @@ def test_algorithm_for_defaults(comm):
     if topo.nodes > 1:
         for op in ("all_reduce", "all_gather", "reduce_scatter"):
             assert comm.algorithm_for(op) == "hierarchical"
+            assert comm.algorithm_for(op, nbytes=1 << 20) == "hierarchical"
+            if len(comm._view.by_node[0]) > 1:  # mesh stages below 1 MiB
+                assert comm.algorithm_for(op, nbytes=(1 << 20) - 1) == "hier-mesh"
     for op in ("all_to_all", "all_to_all_v", "permute", "barrier"):
         assert comm.algorithm_for(op) == "direct"
     assert comm.algorithm_for("broadcast") == "ring"

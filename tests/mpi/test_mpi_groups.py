@@ -3,6 +3,7 @@ DP: one rank of each block), collectives on both, called by every rank, sync and
 async in flight together; nested splits; ranks left out of a split."""
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -133,12 +134,14 @@ def test_tp_inside_a_domain_runs_alone_beside_mpi(comm, tpdp, executions_made):
         assert sr_made == [], sr_made
 
 
-@pytest.mark.parametrize("op", ["all_reduce", "all_to_all"])
+@pytest.mark.parametrize("op,forced", [("all_reduce", None), ("all_reduce", "hierarchical"),
+                                       ("all_to_all", None)])
 @pytest.mark.parametrize("async_op", [False, True])
 def test_across_domains_only_the_crossing_pieces_move_in_python(comm, monkeypatch, op,
-                                                                 async_op):
+                                                                 forced, async_op):
     """A collective over ranks on several domains (NEURON_MPI_SHM=node: the 2 x 32
-    hierarchical all-reduce, the direct all-to-all) moves its pieces inside the
+    hierarchical all-reduce, with mesh stages (the default at 8 KiB) or rings
+    (forced), the direct all-to-all) moves its pieces inside the
     domain compiled: every piece the Python path sends goes over MPI (the rounds,
     or the all-to-all round's pieces, crossing to the other node), none through
     shared memory. Before, a plan with any MPI hop ran whole on the Python path
@@ -163,6 +166,8 @@ def test_across_domains_only_the_crossing_pieces_move_in_python(comm, monkeypatc
     ints = int_table(seed_of("across-domains", n), n, n * k, DTYPES["fp32"], "sum")
     x = to_dtype(ints[me], DTYPES["fp32"])
     call = getattr(comm, op)
+    if forced:
+        call = functools.partial(call, algorithm=forced)
     asleep = None
     if async_op:
         h = call(x, async_op=True)
@@ -181,7 +186,7 @@ def test_across_domains_only_the_crossing_pieces_move_in_python(comm, monkeypatc
         want = to_dtype(ints[:, me * k:(me + 1) * k].reshape(-1), DTYPES["fp32"])
     assert_same(got, want, f"{op} across domains")
     if eng.mpi is not None and eng.shm is not None and eng.native:
-        assert algo == ("hierarchical" if op == "all_reduce" else "direct") and sent, \
+        assert algo == (forced or ("hier-mesh" if op == "all_reduce" else "direct")) and sent, \
             (algo, sent)
         assert set(sent) == {"mpi"}, sent
         if async_op and eng.threaded:  # (the agent runs beside MPI only then)

@@ -166,8 +166,15 @@ def test_hierarchical_is_default_across_nodes(world, op):
     view = _view(world)
     assert choose(op, view) == "hierarchical"
     sched = check(view, op, "hierarchical")
-    # the inter-node stage talks only between ranks that share a local index
+    # the in-node reducing rounds send each chunk in two slices, as the Ring does;
+    # the inter-node rounds and the gathering ones in one
     topo = view.topo
+    for rnd in sched.rounds:
+        efa = any(topo.placement(view.ranks[x.src]).node != topo.placement(view.ranks[x.dst]).node
+                  for x in rnd.xfers)
+        want = 2 if (not efa and any(x.reduce for x in rnd.xfers)) else 1
+        assert rnd.slices == want, (op, rnd.slices, efa)
+    # the inter-node stage talks only between ranks that share a local index
     for rnd in lower(sched, view, 8):
         for hop in rnd:
             if hop.link == "efa":

@@ -11,8 +11,9 @@ from ..schedule import IN, OUT, TMP, Local, Locals, Schedule, merge_parallel, of
 from . import phases as P
 
 
-def all_reduce(view, count, algo, lgs, cross_rdh, avg=False):
-    """Local reduce-scatter, cross all-reduce per local position, local all-gather."""
+def all_reduce(view, count, algo, lgs, cross_rdh, avg=False, slices=1):
+    """Local reduce-scatter, cross all-reduce per local position, local all-gather.
+    ``slices``: of the local reducing rounds (Round.slices)."""
     n = view.size
     pre = [Local(g, "copy", IN, 0, count, OUT, 0) for g in range(n) if count]
     m = len(lgs[0])
@@ -20,14 +21,16 @@ def all_reduce(view, count, algo, lgs, cross_rdh, avg=False):
     regions = [[c] for c in chunks]
     crosses = [[lg[b] for lg in lgs] for b in range(m)]
     cross_ar = P.rdh_all_reduce_rounds if cross_rdh else P.all_reduce_rounds
-    rounds = (merge_parallel(*[P.reduce_scatter_rounds(lg, regions, OUT) for lg in lgs])
-              + merge_parallel(*[cross_ar(crosses[b], *chunks[b], OUT) for b in range(m)])
-              + merge_parallel(*[P.all_gather_rounds(lg, regions, OUT) for lg in lgs]))
-    return P.sched("all_reduce", algo, n, [count] * n, [count] * n, [0] * n, pre, rounds,
-                   P.divide(n, lambda g: (0, count), avg))
+    rs = merge_parallel(*[P.reduce_scatter_rounds(lg, regions, OUT) for lg in lgs])
+    rest = (merge_parallel(*[cross_ar(crosses[b], *chunks[b], OUT) for b in range(m)])
+            + merge_parallel(*[P.all_gather_rounds(lg, regions, OUT) for lg in lgs]))
+    return P.sched("all_reduce", algo, n, [count] * n, [count] * n, [0] * n, pre, rs + rest,
+                   P.divide(n, lambda g: (0, count), avg),
+                   slices=[slices] * len(rs) + [1] * len(rest))
 
 
-def reduce_scatter(view, counts, algo, lgs, cross_rdh, avg=False, op="reduce_scatter"):
+def reduce_scatter(view, counts, algo, lgs, cross_rdh, avg=False, op="reduce_scatter",
+                   slices=1):
     """Local stage first: member b of each local group reduces, over its group, the
     blocks of every member at local position b; then the cross reduce-scatter."""
     n = view.size
@@ -48,7 +51,8 @@ def reduce_scatter(view, counts, algo, lgs, cross_rdh, avg=False, op="reduce_sca
         for b in range(m)])
     post = [Local(g, "copy", TMP, boffs[g], counts[g], OUT, 0) for g in range(n) if counts[g]]
     return P.sched(op, algo, n, [total] * n, counts, [total] * n, pre, phase1 + phase2,
-                   post + P.divide(n, lambda g: (0, counts[g]), avg))
+                   post + P.divide(n, lambda g: (0, counts[g]), avg),
+                   slices=[slices] * len(phase1) + [1] * len(phase2))
 
 
 def all_gather(view, counts, algo, lgs, cross_rdh, op="all_gather"):
@@ -73,12 +77,13 @@ def all_gather(view, counts, algo, lgs, cross_rdh, op="all_gather"):
     return P.sched(op, algo, n, counts, [total] * n, [0] * n, pre, phase1 + phase2)
 
 
-def build(view, op, sizes, avg, algo, lgs, cross_rdh):
-    """The two-level schedule of a reducing/gathering collective."""
+def build(view, op, sizes, avg, algo, lgs, cross_rdh, slices=1):
+    """The two-level schedule of a reducing/gathering collective; ``slices``: of the
+    local stage's reducing rounds."""
     if op == "all_reduce":
-        return all_reduce(view, sizes, algo, lgs, cross_rdh, avg)
+        return all_reduce(view, sizes, algo, lgs, cross_rdh, avg, slices)
     if op == "reduce_scatter":
-        return reduce_scatter(view, list(sizes), algo, lgs, cross_rdh, avg, op=op)
+        return reduce_scatter(view, list(sizes), algo, lgs, cross_rdh, avg, op, slices)
     if op == "all_gather":
         return all_gather(view, list(sizes), algo, lgs, cross_rdh, op=op)
     raise AssertionError(op)

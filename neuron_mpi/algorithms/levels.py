@@ -7,7 +7,8 @@ All sizes are in elements of the flattened buffers.
 """
 from __future__ import annotations
 
-from ..schedule import IN, OUT, TMP, Local, Locals, Schedule, merge_parallel, offsets, split
+from ..schedule import (IN, OUT, TMP, Local, Locals, Round, Schedule, merge_parallel, offsets,
+                        split)
 from . import phases as P
 
 
@@ -90,6 +91,7 @@ def build(view, op, sizes, avg, algo, lgs, cross_rdh, slices=1):
 
 
 # --- mesh stages (hierarchical with intra-node Mesh + inter-node Mesh) -------------
+# (mesh.py is imported where used: it imports rdh.py, which imports this module)
 def _local_chips(view, lgs):
     """The chips of each local group (a node's chips, in ``by_chip`` order)."""
     from .mesh import Chips
@@ -111,8 +113,6 @@ def _cross_chips(lgs, b):
 def _together(stages):
     """Steps of stages that run at the same time on disjoint members, merged step by
     step (each a list of Round/Locals of one shape; empty ones carry no data)."""
-    from ..schedule import Locals, Round
-
     stages = [s for s in stages if s]
     if not stages:
         return []
@@ -139,6 +139,13 @@ def _mesh_ag(chips_list, regions, src):
     from .mesh import all_gather_steps
 
     return _together([all_gather_steps(ch, regions, src) for ch in chips_list])
+
+
+def _position_blocks(lgs, boffs, counts):
+    """Member at local position b of each local group: the blocks of every member at
+    position b (one per local group), as its regions of the local stage."""
+    return {lg[b]: [(boffs[other[b]], counts[other[b]]) for other in lgs]
+            for lg in lgs for b in range(len(lg))}
 
 
 def _in_place(d, off):
@@ -185,10 +192,8 @@ def mesh_reduce_scatter(view, counts, algo, lgs, avg=False, op="reduce_scatter")
     boffs = offsets(counts)
     m = len(lgs[0])
     pre = [Local(g, "copy", IN, 0, total, TMP, 0) for g in range(n) if total]
-    local = _local_chips(view, lgs)
-    regions = {lg[b]: [(boffs[other[b]], counts[other[b]]) for other in lgs]
-               for lg in lgs for b in range(m)}
-    st1, ex1 = _mesh_rs(local, regions, _in_place, total)
+    st1, ex1 = _mesh_rs(_local_chips(view, lgs), _position_blocks(lgs, boffs, counts),
+                        _in_place, total)
     own = {g: [(boffs[g], counts[g])] for g in range(n)}
     st2, ex2 = _mesh_rs([_cross_chips(lgs, b) for b in range(m)], own,
                         lambda d, off: (OUT, off - boffs[d]), total)
@@ -210,9 +215,7 @@ def mesh_all_gather(view, counts, algo, lgs, op="all_gather"):
     pre = [Local(g, "copy", IN, 0, counts[g], OUT, boffs[g]) for g in range(n) if counts[g]]
     own = {g: [(boffs[g], counts[g])] for g in range(n)}
     st1 = _mesh_ag([_cross_chips(lgs, b) for b in range(m)], own, _at)
-    regions = {lg[b]: [(boffs[other[b]], counts[other[b]]) for other in lgs]
-               for lg in lgs for b in range(m)}
-    st2 = _mesh_ag(_local_chips(view, lgs), regions, _at)
+    st2 = _mesh_ag(_local_chips(view, lgs), _position_blocks(lgs, boffs, counts), _at)
     steps = ([Locals(pre)] if pre else []) + st1 + st2
     return Schedule(op, algo, n, list(counts), [total] * n, [0] * n, steps)
 

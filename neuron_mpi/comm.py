@@ -201,6 +201,36 @@ class _Call:
         self.alone = 0  # kept: _fit_alone of its arrays (they cannot change meanwhile)
 
 
+class _P2P:
+    """A sendrecv or recv that ran as one compiled round, kept to repeat: a loop
+    exchanging the same arrays with the same peers (``Communicator._p2p_again``)
+    skips the argument checks, the plan lookup and the parsing of its timeout, and
+    builds only the run's arguments. Holds the arrays by weak reference only, as
+    ``_Call`` does."""
+
+    __slots__ = ("x", "out", "xmeta", "ometa", "timeout", "env", "seconds", "plan", "one",
+                 "sends", "keys", "state", "xs", "head", "tail")
+
+    def __init__(self, comm_id, x, out, timeout, seconds, plan, sc, head):
+        self.x = None if x is None else weakref.ref(x)
+        self.out = weakref.ref(out)
+        self.xmeta = None if x is None else _meta(x)
+        self.ometa = _meta(out)
+        self.timeout = (type(timeout), timeout)
+        self.env = env.per_call_key()
+        self.seconds = seconds
+        self.plan = plan
+        np_ = plan.native
+        self.sends, self.keys = np_.sends, np_.keys
+        self.one = len(np_.sends) <= 1 and len(np_.keys) == 1
+        self.state, self.xs = sc.state, sc.xs
+        self.head = head
+        self.tail = (sc.tmp8, comm_id, 0, 0) + NO_BOARD + (sc.pend,)
+
+
+_U8 = np.dtype(np.uint8)
+
+
 def _fit_alone(x, out) -> int:
     """Whether arrays ``x`` and ``out`` (None: a new result) can be the compiled run's
     buffers: plain ndarrays, C-contiguous, ``x`` writable (the run's buffers are
@@ -247,6 +277,10 @@ class Communicator:
         self._p2p_sent: dict[int, int] = {}
         self._p2p_recv: dict[int, int] = {}
         self._plans: dict = {}
+        # (id(x) or 0, id(out), dst or -1, src) -> _P2P: point-to-point calls kept to
+        # repeat; and the keys of recent ones, kept once they come again
+        self._p2p_kept: dict = {}
+        self._p2p_seen: set = set()
         self._shapes: dict = {}  # call shape -> _Shape
         self._kept: dict = {}  # (operation, id(x)) -> its _Call kept to repeat
         self._seen: dict = {}  # (operation, id(x)) -> a weak reference to that array, for
@@ -1077,10 +1111,15 @@ class Communicator:
 
     def recv(self, out, src, timeout=None):
         """Receive the next message from ``src`` into ``out`` (exactly its size)."""
+        if type(src) is int:
+            k = self._p2p_kept.get((0, id(out), -1, src))
+            if k is not None and self._p2p_again(k, None, None, out, src, timeout) is not None:
+                return out
         self._ensure_usable()
         out, src, flat, staging = self._receive_args(out, src)
         seconds, deadline = self._p2p_deadline(timeout)
-        if self._p2p_compiled(None, None, out, src, flat, staging, seconds, deadline):
+        if self._p2p_compiled(None, None, out, src, flat, staging, seconds, deadline,
+                              timeout):
             return out
         n = self._p2p_recv.get(src, 0)
         eng = self._engine
@@ -1133,12 +1172,17 @@ class Communicator:
         compiled round: a large piece is read by ``dst`` straight from ``x``, so ``x``
         must not change until the call returns, and messages from ``src`` are read
         straight into ``out`` (one copy each way)."""
+        if type(dst) is int and type(src) is int:
+            k = self._p2p_kept.get((id(x), id(out), dst, src))
+            if k is not None and self._p2p_again(k, x, dst, out, src, timeout) is not None:
+                return out
         self._ensure_usable()
         x = V.array(x)
         dst = V.rank(dst, self.size, "dst")
         out, src, flat, staging = self._receive_args(out, src)
         seconds, deadline = self._p2p_deadline(timeout)
-        if not self._p2p_compiled(x, dst, out, src, flat, staging, seconds, deadline):
+        if not self._p2p_compiled(x, dst, out, src, flat, staging, seconds, deadline,
+                                  timeout):
             try:  # a peer across domains, or no shared memory: send, then receive
                 self.send(x, dst, seconds or 0)
                 self.recv(out, src, 0 if deadline is None else
@@ -1149,7 +1193,71 @@ class Communicator:
                     f"{e}") from e
         return out
 
-    def _p2p_compiled(self, x, dst, out, src, flat, staging, seconds, deadline) -> bool:
+    def _p2p_again(self, k, x, dst, out, src, timeout):
+        """Run kept point-to-point call ``k`` again when this call repeats it: the
+        same arrays (by identity, with the shape, strides, dtype and writability
+        they had: still C-contiguous, apart and writeable), the same timeout
+        argument and per-call environment, a usable communicator. Else None, having
+        done nothing: the call is checked and looked up as a new one."""
+        if k.out() is not out or (out.shape, out.strides, out.dtype,
+                                  out.flags.writeable) != k.ometa or x is not None and (
+                k.x() is not x or (x.shape, x.strides, x.dtype,
+                                   x.flags.writeable) != k.xmeta) or \
+                self._failed is not None or k.timeout != (type(timeout), timeout) or \
+                env.per_call_key() != k.env:
+            return None
+        seconds = k.seconds
+        deadline = None if seconds is None else time.monotonic() + seconds
+        flat = out.view(_U8) if out.ndim == 1 else out.reshape(-1).view(_U8)
+        if x is None:
+            payload, ns = _EMPTY_BYTES, 0
+        else:
+            payload = x.view(_U8) if x.ndim == 1 else x.reshape(-1).view(_U8)
+            sent = self._p2p_sent
+            ns = sent[dst]
+            sent[dst] = ns + 1
+        nr = self._p2p_recv[src]
+        sxid, rxid = self.rank + self.size * ns, src + self.size * nr  # (_p2p_xid's)
+        if k.one:  # a piece each way at most: the compiled tables renumbered in place
+            if x is not None:
+                k.sends[0, 5] = sxid
+            k.keys[0] = rxid << native.KEY_SHIFT
+        else:
+            retag_sendrecv(k.plan, sxid, rxid)
+        k.state.fill(0)
+        k.xs[5] = 1  # (sleep on any ring, as _p2p_compiled)
+        args = k.head + (payload, flat) + k.tail
+        status = self._engine.run_alone(args, deadline)
+        if status == native.DONE:
+            self._p2p_recv[src] = nr + 1
+            return out
+        retag_sendrecv(k.plan, sxid, rxid)  # (the Python path reads the steps' numbers)
+        self._p2p_finish(x, dst, out, src, flat, flat, seconds, deadline, k.plan, payload,
+                         args, status, ns, nr)
+        return out
+
+    def _p2p_keep(self, x, dst, out, src, timeout, seconds, plan, sc, head) -> None:
+        """Keep a compiled point-to-point call to repeat (``_p2p_again``) once its
+        key comes a second time: plain C-contiguous arrays, apart (checked by the
+        caller), peers given as plain ints."""
+        if type(out) is not np.ndarray or type(src) is not int or x is not None and (
+                type(x) is not np.ndarray or type(dst) is not int or
+                not x.flags.c_contiguous):
+            return
+        key = (0, id(out), -1, src) if x is None else (id(x), id(out), dst, src)
+        seen = self._p2p_seen
+        if key not in seen:
+            if len(seen) >= SEEN:
+                seen.clear()
+            seen.add(key)
+            return
+        kept = self._p2p_kept
+        if len(kept) >= KEPT:
+            kept.clear()
+        kept[key] = _P2P(self._id, x, out, timeout, seconds, plan, sc, head)
+
+    def _p2p_compiled(self, x, dst, out, src, flat, staging, seconds, deadline,
+                      timeout=None) -> bool:
         """recv (``x`` None) or sendrecv as one compiled round: False, having done
         nothing, where that cannot run (a peer outside this shared-memory domain)."""
         eng = self._engine
@@ -1178,11 +1286,13 @@ class Communicator:
         payload = _EMPTY_BYTES if x is None else (
             x.reshape(-1).view(np.uint8) if type(x) is np.ndarray and x.flags.c_contiguous
             else np.ascontiguousarray(x).reshape(-1).view(np.uint8))
+        apart = True
         if payload.size and np.may_share_memory(payload, staging) or \
                 not payload.flags.writeable:
             # the same memory both ways: send what it held (read-only: the compiled
             # run takes writeable arrays only, as Execution._bytes)
             payload = payload.copy()
+            apart = False
         if x is not None:
             self._p2p_sent[dst] = ns + 1
         # alone in flight: one compiled run on this thread, no Execution (as
@@ -1195,6 +1305,8 @@ class Communicator:
         if status == native.DONE:
             self._p2p_recv[src] = nr + 1
             self._received(src, out.nbytes, out, flat, staging)
+            if apart and flat is not None:
+                self._p2p_keep(x, dst, out, src, timeout, seconds, plan, sc, head)
             return True
         return self._p2p_finish(x, dst, out, src, flat, staging, seconds, deadline, plan,
                                 payload, args, status, ns, nr)

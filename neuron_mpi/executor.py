@@ -460,12 +460,12 @@ class Scratch:
     overlaps the previous one, and reusing them spares an allocation (and its cold
     pages) per call."""
 
-    __slots__ = ("xs", "flags", "pend", "tmp", "tmp8", "_state")
+    __slots__ = ("xs", "flags", "pend", "tmp", "tmp8", "state")
 
     def __init__(self, max_flags: int, tmp_elems: int, dtype):
         # the three state arrays are views of one buffer, zeroed in one fill
         nflag = (max_flags + 7) // 8
-        self._state = st = np.zeros(6 + 2 * max_flags + nflag, np.int64)
+        self.state = st = np.zeros(6 + 2 * max_flags + nflag, np.int64)
         self.xs = st[:6]
         self.pend = st[6:6 + 2 * max_flags].reshape(max_flags, 2)
         self.flags = st[6 + 2 * max_flags:].view(np.uint8)[:max_flags]
@@ -473,7 +473,7 @@ class Scratch:
         self.tmp8 = self.tmp.view(np.uint8)  # the compiled run's view of it
 
     def zeroed(self):
-        self._state.fill(0)
+        self.state.fill(0)
         return self.xs, self.flags, self.pend
 
 

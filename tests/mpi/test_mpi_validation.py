@@ -380,3 +380,120 @@ def test_a_permute_with_a_list_of_pairs_is_validated_at_every_call(comm, settled
     with pytest.raises(nm.InvalidArgumentError, match="pairs"):
         comm.permute(x, pairs)
     assert settled_bytes(comm, barrier=False) == ledger, "data moved before the error"
+
+
+def _compiled_p2p(comm, dst, nsend, src, nrecv) -> bool:
+    """Whether this rank's sendrecv (``dst`` None: recv) with these sizes ran as a
+    compiled round (both peers in its shared-memory domain): the calls kept to
+    repeat are those."""
+    kept = comm._plans.get(("p2p", dst, nsend, src, nrecv))
+    return kept is not None and kept[0].native is not None
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_repeated_sendrecv_and_recv_are_validated_again_when_anything_changed(
+        comm, settled, monkeypatch):
+    """A sendrecv or recv repeating an earlier one on the same arrays and peers skips
+    its checks (Communicator._p2p_again): every message still arrives in order and
+    exact, anything the checks looked at changed since is refused on every rank
+    before any data moves, a message of another size still raises naming out on
+    the kept path, and the kept calls hold their arrays by weak reference only."""
+    import gc
+    import weakref
+
+    n, me = comm.size, comm.rank
+    dst, src = (me + 1) % n, (me - 1) % n
+    x, out = np.zeros((2, 6), np.float32), np.zeros((2, 6), np.float32)
+
+    def exchange(k, **kw):
+        x[...] = 100 * me + k
+        assert comm.sendrecv(x, dst, out, src, **kw) is out
+        assert_same(out, np.full((2, 6), 100 * src + k, np.float32), f"sendrecv {k}")
+
+    for k in range(4):
+        exchange(k, timeout=30.0)
+    if _compiled_p2p(comm, dst, x.nbytes, src, out.nbytes):
+        kept = comm._p2p_kept.get((id(x), id(out), dst, src))
+        assert kept is not None and kept.x() is x and kept.out() is out, "not kept"
+
+    def refused(match, setting=None, **kw):
+        ledger = settled_bytes(comm)
+        if setting is not None:
+            monkeypatch.setenv(*setting)
+        with pytest.raises(nm.InvalidArgumentError, match=match):
+            comm.sendrecv(x, dst, out, src, **kw)
+        assert settled_bytes(comm, barrier=False) == ledger, "data moved before the error"
+
+    out.flags.writeable = False
+    refused("out: expected a writeable array", timeout=30.0)
+    out.flags.writeable = True
+    refused("timeout: expected seconds", timeout=False)  # (False == 0: equal, not alike)
+    refused("NEURON_MPI_TIMEOUT", setting=("NEURON_MPI_TIMEOUT", "soon"))
+    monkeypatch.delenv("NEURON_MPI_TIMEOUT")
+    x.shape = (12,)  # (the same bytes: the message is the same)
+    exchange(4, timeout=30.0)
+    exchange(5, timeout=30.0)
+    x.shape = (2, 6)
+    for k in range(6, 9):
+        exchange(k)  # (no timeout argument: the default deadline)
+    # several pieces a message (renumbered through the plan), and empty messages
+    big = (80_000 if n <= 8 else 20_000) + 3
+    bx, bout, e = np.zeros(big, np.float32), np.zeros(big, np.float32), np.zeros(0, np.int8)
+    for k in range(3):
+        bx[...] = (np.arange(big, dtype=np.float32) + 1000 * me + k) % 65521
+        assert comm.sendrecv(bx, dst, bout, src) is bout
+        assert_same(bout, (np.arange(big, dtype=np.float32) + 1000 * src + k) % 65521,
+                    f"large sendrecv {k}")
+        assert comm.sendrecv(e, dst, e, src).size == 0
+
+    # recv kept too, in order with the sends of the other side; then a message of
+    # another size reaching a kept recv and a kept sendrecv
+    peer = me ^ 1
+    if peer < n:
+        box = np.zeros(5, np.int64)
+        for k in range(4):
+            if me % 2 == 0:
+                comm.send(np.full(5, 10 * me + k, np.int64), peer)
+            else:
+                assert comm.recv(box, peer) is box
+                assert_same(box, np.full(5, 10 * peer + k, np.int64), f"recv {k}")
+        if me % 2 and _compiled_p2p(comm, None, -1, peer, box.nbytes):
+            assert comm._p2p_kept.get((0, id(box), -1, peer)) is not None, "recv not kept"
+        if me % 2 == 0:
+            comm.send(np.full(7, me, np.int64), peer)
+            comm.send(np.full(5, me, np.int64), peer)
+        else:
+            with pytest.raises(nm.InvalidArgumentError, match=f"out: rank {peer} sent 56 "):
+                comm.recv(box, peer)
+            assert_same(comm.recv(box, peer), np.full(5, peer, np.int64), "the next message")
+        a, b = np.full(3, me, np.int32), np.zeros(3, np.int32)
+        for k in range(3):
+            assert_same(comm.sendrecv(a, peer, b, peer), np.full(3, peer, np.int32), "pair")
+        if me % 2 == 0:  # one message of another size into the odd rank's kept out
+            comm.sendrecv(np.full(4, me, np.int32), peer, np.zeros(3, np.int32), peer)
+        else:
+            with pytest.raises(nm.InvalidArgumentError, match=f"out: rank {peer} sent 16 "):
+                comm.sendrecv(a, peer, b, peer)
+        b[...] = -1
+        assert_same(comm.sendrecv(a, peer, b, peer), np.full(3, peer, np.int32), "after")
+    comm.barrier()
+    # the kept calls keep no array alive
+    xref, oref = weakref.ref(x), weakref.ref(out)
+    del x, out, exchange, refused
+    gc.collect()
+    assert xref() is None and oref() is None, "a kept sendrecv holds its arrays"
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_repeated_sendrecv_on_a_failed_communicator_is_refused(comm):
+    sub = _fresh(comm)
+    n, me = sub.size, sub.rank
+    x, out = np.full(4, me, np.float32), np.zeros(4, np.float32)
+    for _ in range(3):
+        assert_same(sub.sendrecv(x, (me + 1) % n, out, (me - 1) % n),
+                    np.full(4, (me - 1) % n, np.float32), "sendrecv")
+    sub._failed = nm.CollectiveTimeoutError("an earlier call timed out")  # (as _fail sets)
+    with pytest.raises(nm.CommunicatorFailedError, match="an earlier call timed out"):
+        sub.sendrecv(x, (me + 1) % n, out, (me - 1) % n)
+    with pytest.raises(nm.CommunicatorFailedError, match="an earlier call timed out"):
+        sub.recv(out, (me - 1) % n)

@@ -228,9 +228,6 @@ class _P2P:
         self.tail = (sc.tmp8, comm_id, 0, 0) + NO_BOARD + (sc.pend,)
 
 
-_U8 = np.dtype(np.uint8)
-
-
 def _fit_alone(x, out) -> int:
     """Whether arrays ``x`` and ``out`` (None: a new result) can be the compiled run's
     buffers: plain ndarrays, C-contiguous, ``x`` writable (the run's buffers are

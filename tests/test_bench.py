@@ -365,6 +365,16 @@ def test_overlap_benchmark_reports_both_measures(tmp_path):
         assert r["loop_serial_overlap"] == pytest.approx(
             2 - r["loop_serial_wall_ms"] / r["loop_C_ms"])
         assert float(ln[8]) == pytest.approx(r["loop_overlap"], abs=0.006)
+        # the same overlaps against the blocking call timed inside the baseline's
+        # iterations (after the same check and sleep as the async ones)
+        ci = r["C_in_place_ms"]
+        assert ci > 0 and float(ln[10]) == pytest.approx(ci, abs=0.006)
+        assert r["overlap_in_place"] == pytest.approx((t + ci - r["wall_ms"]) / min(t, ci))
+        assert r["serial_overlap_in_place"] == pytest.approx(
+            (t + ci - r["serial_wall_ms"]) / min(t, ci))
+        assert float(ln[11]) == pytest.approx(r["overlap_in_place"], abs=0.006)
+        # the blocking call alone takes less than the blocking iteration (call + T)
+        assert ci < r["serial_wall_ms"]
     bad = _launch(["--loop-iters", "-1"], program=prog, timeout=120)
     assert bad.returncode != 0 and "--loop-iters" in bad.stderr
 

@@ -4,7 +4,10 @@ previous, the ways a program can write it, against Open MPI's MPI_Sendrecv.
     neuron-mpirun -n 8 python benchmarks/p2p.py [--bytes 8KB 8MB] [--iters 20]
 
 Per size, in one launch, each timed as a loop of ``--iters`` calls between two
-barriers (a back-to-back pipeline, as a program's exchange loop runs):
+barriers (a back-to-back pipeline, as a program's exchange loop runs), or with
+``--each`` each call on its own after a barrier (as neuron-mpi-bench times a
+call: ms is then the median over the calls of the slowest rank's time, and the
+CPU is counted around the calls only, not the barriers):
 ``send+recv`` (comm.send then comm.recv), ``sendrecv`` (comm.sendrecv),
 ``permute`` (the same ring as a collective) and ``mpi`` (MPI_Sendrecv on the same
 buffers, the baseline). Prints ms per call, CPU ms per call and rank (all
@@ -34,6 +37,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bytes", nargs="+", default=["8KB", "8MB"])
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--each", action="store_true",
+                    help="time each call on its own after a barrier (the bench's way)")
     args = ap.parse_args(argv)
     comm = nm.init()
     world = MPI.COMM_WORLD
@@ -41,8 +46,9 @@ def main(argv=None) -> int:
     nxt, prv = (me + 1) % n, (me - 1) % n
     ring = [[i, (i + 1) % n] for i in range(n)]
     if me == 0:
-        print(f"# ring of {n} ranks on {comm.topology.instance}: ms per call (slowest rank), "
-              "CPU ms per call and rank, ratio = ms / MPI_Sendrecv's ms")
+        how = "each call after a barrier, median" if args.each else "calls back to back"
+        print(f"# ring of {n} ranks on {comm.topology.instance} ({how}): ms per call "
+              "(slowest rank), CPU ms per call and rank, ratio = ms / MPI_Sendrecv's ms")
         print(f"# {'bytes':>10} {'method':>10} {'ms':>9} {'cpu ms':>8} {'ratio':>7}  exact")
     bad = 0
     for size in args.bytes:
@@ -63,13 +69,27 @@ def main(argv=None) -> int:
         for name, call in methods.items():
             call()  # warm: plans, pages
             out[:] = -1
-            world.Barrier()
-            t0, c0 = time.perf_counter(), cpu()
-            for _ in range(args.iters):
-                call()
-            world.Barrier()
-            ms = (time.perf_counter() - t0) / args.iters * 1e3
-            cms = (cpu() - c0) / args.iters * 1e3
+            if args.each:
+                times, spent = np.zeros(args.iters), 0.0
+                for i in range(args.iters):
+                    world.Barrier()
+                    c0 = cpu()
+                    t0 = time.perf_counter()
+                    call()
+                    times[i] = time.perf_counter() - t0
+                    spent += cpu() - c0
+                slowest = np.empty_like(times)
+                world.Allreduce(times, slowest, op=MPI.MAX)
+                ms = float(np.median(slowest)) * 1e3
+                cms = spent / args.iters * 1e3
+            else:
+                world.Barrier()
+                t0, c0 = time.perf_counter(), cpu()
+                for _ in range(args.iters):
+                    call()
+                world.Barrier()
+                ms = (time.perf_counter() - t0) / args.iters * 1e3
+                cms = (cpu() - c0) / args.iters * 1e3
             ok = world.allreduce(int(np.array_equal(out, want)), op=MPI.MIN)
             bad += 1 - ok
             rows[name] = (world.allreduce(ms, op=MPI.MAX), world.allreduce(cms) / n, ok)

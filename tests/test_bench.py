@@ -341,6 +341,13 @@ def test_p2p_benchmark_runs_every_method_exactly():
         (b, m) for b in ("4096", "307200") for m in ("mpi", "send+recv", "sendrecv", "permute")]
     assert all(r[-1] == "yes" for r in rows)
     assert all(float(r[4]) == 1.0 for r in rows if r[1] == "mpi")
+    each = _launch(["--bytes", "4KB", "--iters", "3", "--each"],
+                   program=[sys.executable, str(ROOT / "benchmarks" / "p2p.py")])
+    assert each.returncode == 0, each.stdout + each.stderr
+    assert "each call after a barrier" in each.stdout
+    rows = [ln.split() for ln in each.stdout.splitlines() if ln.startswith("  ")]
+    assert [r[1] for r in rows] == ["mpi", "send+recv", "sendrecv", "permute"]
+    assert all(r[-1] == "yes" and float(r[2]) > 0 for r in rows)
 
 
 def test_overlap_benchmark_reports_both_measures(tmp_path):

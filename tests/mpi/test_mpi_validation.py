@@ -433,6 +433,7 @@ def test_a_repeated_sendrecv_and_recv_are_validated_again_when_anything_changed(
     refused("timeout: expected seconds", timeout=False)  # (False == 0: equal, not alike)
     refused("NEURON_MPI_TIMEOUT", setting=("NEURON_MPI_TIMEOUT", "soon"))
     monkeypatch.delenv("NEURON_MPI_TIMEOUT")
+    comm.barrier()  # (every rank has compared its ledger before the next send)
     x.shape = (12,)  # (the same bytes: the message is the same)
     exchange(4, timeout=30.0)
     exchange(5, timeout=30.0)

@@ -376,6 +376,8 @@ class Engine:
         work in flight."""
         self.driving += 1
         try:
+            if lone is not None:
+                self._let_agent_finish(lone, deadline)
             with self.held():
                 try:
                     self._drive(done, deadline, on_timeout, start, lone)
@@ -387,6 +389,20 @@ class Engine:
             self.driving -= 1
             if self.background():
                 self.agent.poke()
+
+    def _let_agent_finish(self, ex, deadline) -> None:
+        """An async call's wait() while the agent runs ``ex`` compiled, the one
+        execution in flight: wait for that run to end (or return for Python's help)
+        rather than claim the engine, whose run would return at once for this
+        thread to enter it again: a wake-up and the Python of both threads at the
+        moment the call is nearly done. The caller has raised ``driving``, so the
+        agent starts nothing once its run returns; past ``deadline`` the caller
+        claims the engine as before and raises the timeout."""
+        if self.solo_native() is not ex:
+            return
+        wait = -1 if deadline is None else max(0.0, deadline - time.monotonic())
+        if self.lock.acquire(timeout=wait):
+            self.lock.release()
 
     def _drive(self, done, deadline, on_timeout, start, lone) -> None:
         if start is not None:

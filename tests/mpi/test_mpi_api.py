@@ -672,6 +672,45 @@ def test_async_wait_takes_the_engine_from_the_agent_and_times_out(comm):
     assert_same(comm.all_reduce(x), want, "the session's communicator still works")
 
 
+@pytest.mark.mpi(min_size=2)
+def test_async_wait_lets_the_agent_finish_its_run(comm, monkeypatch):
+    """wait() on an async call that the agent is running compiled (here asleep in
+    it, for the last member, which calls 0.4 s late) waits for that run to end
+    rather than claim the engine: the agent's run ends done, never handed over
+    (YIELDED), and the result is exact."""
+    import threading
+    import time
+
+    from neuron_mpi import executor as EX
+    from neuron_mpi.transport import native
+
+    sub = comm.split([list(range(comm.size))])
+    eng = comm._engine
+    last = sub.size - 1
+    x, want = _sum_input(comm, "patient-wait", 1000)
+    runs = []
+    orig = EX.Execution.run
+
+    def run(self, deadline, claim=None):
+        status = orig(self, deadline, claim)
+        runs.append((threading.current_thread() is eng.agent, status))
+        return status
+
+    monkeypatch.setattr(EX.Execution, "run", run)
+    if sub.rank == last:
+        time.sleep(0.4)
+        assert_same(sub.all_reduce(x), want, "the late member's all_reduce")
+    else:
+        h = sub.all_reduce(x, async_op=True, timeout=60)
+        time.sleep(0.1)  # the agent is now asleep in the compiled run
+        assert_same(h.wait(), want, "the waited all_reduce")
+        if eng.native and eng.mpi is None:
+            assert (True, native.YIELDED) not in runs, runs
+            assert runs and runs[-1] == (True, native.DONE), runs
+    monkeypatch.undo()
+    sub.barrier()
+
+
 # --- one copy: large pieces read from the sender's buffer -------------------------------
 def _can_read(comm, peer_pid, addr):
     import ctypes

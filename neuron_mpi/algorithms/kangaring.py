@@ -28,7 +28,7 @@ rank-list"); one-rank-per-chip groups use Ring.
 """
 from __future__ import annotations
 
-from ..schedule import (IN, OUT, TMP, Local, Locals, Round, Schedule, Xfer, merge_parallel,
+from ..schedule import (IN, OUT, TMP, Local, Locals, Round, Xfer, merge_parallel,
                         offsets, split)
 from . import phases as P
 from .rdh import MESH_BELOW
@@ -162,12 +162,9 @@ def all_reduce(view, count, avg):
         rs.append(rs_steps(order, sec, regions, OUT, base))
         ag.append(ag_rounds(order, sec, [[(o, l2, False) for o, l2 in r] for r in regions],
                             OUT))
-    steps = ([Locals(pre)] if pre else []) + _merge_steps(*rs)
-    steps += [Round(r) for r in merge_parallel(*ag) if r]
-    post = P.divide(n, lambda g: (0, count), avg)
-    if post:
-        steps.append(Locals(post))
-    return Schedule("all_reduce", "kangaring", n, [count] * n, [count] * n, tmp, steps)
+    return P.sched_steps("all_reduce", "kangaring", n, [count] * n, [count] * n, tmp, pre,
+                         _merge_steps(*rs) + [Round(r) for r in merge_parallel(*ag) if r],
+                         P.divide(n, lambda g: (0, count), avg))
 
 
 def _pair_regions(order, sec, boffs, counts, c):
@@ -198,13 +195,10 @@ def reduce_scatter(view, counts, avg, op):
         give.append([[Xfer(p, sec[p], TMP, o, ln, TMP, o)
                       for p, r in zip(order, regs) for o, ln, from_sec in r
                       if from_sec and ln]])
-    steps = ([Locals(pre)] if pre else []) + _merge_steps(*rs)
-    steps += [Round(r) for r in merge_parallel(*give) if r]
     post = [Local(g, "copy", TMP, boffs[g], counts[g], OUT, 0) for g in range(n) if counts[g]]
-    post += P.divide(n, lambda g: (0, counts[g]), avg)
-    if post:
-        steps.append(Locals(post))
-    return Schedule(op, "kangaring", n, [total] * n, list(counts), tmp, steps)
+    return P.sched_steps(op, "kangaring", n, [total] * n, counts, tmp, pre,
+                         _merge_steps(*rs) + [Round(r) for r in merge_parallel(*give) if r],
+                         post + P.divide(n, lambda g: (0, counts[g]), avg))
 
 
 def all_gather(view, counts, op):

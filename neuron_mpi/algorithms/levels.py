@@ -7,8 +7,7 @@ All sizes are in elements of the flattened buffers.
 """
 from __future__ import annotations
 
-from ..schedule import (IN, OUT, TMP, Local, Locals, Round, Schedule, merge_parallel, offsets,
-                        split)
+from ..schedule import IN, OUT, TMP, Local, Locals, Round, merge_parallel, offsets, split
 from . import phases as P
 
 
@@ -175,12 +174,9 @@ def mesh_all_reduce(view, count, algo, lgs, avg=False):
     st2, ex2 = _mesh_rs(cross, sub, _at, count)
     st3 = _mesh_ag(cross, sub, _at)
     st4 = _mesh_ag(local, regions, _at)
-    steps = ([Locals(pre)] if pre else []) + st1 + st2 + st3 + st4
-    post = P.divide(n, lambda g: (0, count), avg)
-    if post:
-        steps.append(Locals(post))
-    return Schedule("all_reduce", algo, n, [count] * n, [count] * n,
-                    [count + max(ex1.get(g, 0), ex2.get(g, 0)) for g in range(n)], steps)
+    return P.sched_steps("all_reduce", algo, n, [count] * n, [count] * n,
+                         [count + max(ex1.get(g, 0), ex2.get(g, 0)) for g in range(n)], pre,
+                         st1 + st2 + st3 + st4, P.divide(n, lambda g: (0, count), avg))
 
 
 def mesh_reduce_scatter(view, counts, algo, lgs, avg=False, op="reduce_scatter"):
@@ -197,12 +193,9 @@ def mesh_reduce_scatter(view, counts, algo, lgs, avg=False, op="reduce_scatter")
     own = {g: [(boffs[g], counts[g])] for g in range(n)}
     st2, ex2 = _mesh_rs([_cross_chips(lgs, b) for b in range(m)], own,
                         lambda d, off: (OUT, off - boffs[d]), total)
-    steps = ([Locals(pre)] if pre else []) + st1 + st2
-    post = P.divide(n, lambda g: (0, counts[g]), avg)
-    if post:
-        steps.append(Locals(post))
-    return Schedule(op, algo, n, [total] * n, list(counts),
-                    [total + max(ex1.get(g, 0), ex2.get(g, 0)) for g in range(n)], steps)
+    return P.sched_steps(op, algo, n, [total] * n, counts,
+                         [total + max(ex1.get(g, 0), ex2.get(g, 0)) for g in range(n)], pre,
+                         st1 + st2, P.divide(n, lambda g: (0, counts[g]), avg))
 
 
 def mesh_all_gather(view, counts, algo, lgs, op="all_gather"):
@@ -216,8 +209,7 @@ def mesh_all_gather(view, counts, algo, lgs, op="all_gather"):
     own = {g: [(boffs[g], counts[g])] for g in range(n)}
     st1 = _mesh_ag([_cross_chips(lgs, b) for b in range(m)], own, _at)
     st2 = _mesh_ag(_local_chips(view, lgs), _position_blocks(lgs, boffs, counts), _at)
-    steps = ([Locals(pre)] if pre else []) + st1 + st2
-    return Schedule(op, algo, n, list(counts), [total] * n, [0] * n, steps)
+    return P.sched_steps(op, algo, n, counts, [total] * n, [0] * n, pre, st1 + st2)
 
 
 def build_mesh(view, op, sizes, avg, algo, lgs):

@@ -25,7 +25,7 @@ with one rank per chip, step (0) alone is a direct scatter/broadcast to all peer
 """
 from __future__ import annotations
 
-from ..schedule import IN, OUT, TMP, Local, Locals, Round, Schedule, Xfer, offsets, split
+from ..schedule import IN, OUT, TMP, Local, Locals, Round, Xfer, offsets, split
 from . import phases as P
 from .rdh import MESH_BELOW
 from .registry import Algorithm
@@ -206,12 +206,9 @@ def all_reduce(view, count, avg):
     pre = [Local(g, "copy", IN, 0, count, TMP, 0) for g in range(n) if count]
     rs, extra = reduce_scatter_steps(chips, regions, lambda d, off: (OUT, off), count)
     ag = all_gather_steps(chips, regions, lambda a, off: (OUT, off))
-    steps = ([Locals(pre)] if pre else []) + rs + ag
-    post = P.divide(n, lambda g: (0, count), avg)
-    if post:
-        steps.append(Locals(post))
-    return Schedule("all_reduce", "mesh", n, [count] * n, [count] * n,
-                    [count + extra[g] for g in range(n)], steps)
+    return P.sched_steps("all_reduce", "mesh", n, [count] * n, [count] * n,
+                         [count + extra[g] for g in range(n)], pre, rs + ag,
+                         P.divide(n, lambda g: (0, count), avg))
 
 
 def reduce_scatter(view, counts, avg, op):
@@ -222,12 +219,9 @@ def reduce_scatter(view, counts, avg, op):
     regions = [[b] for b in zip(boffs, counts)]
     pre = [Local(g, "copy", IN, 0, total, TMP, 0) for g in range(n) if total]
     rs, extra = reduce_scatter_steps(chips, regions, lambda d, off: (OUT, 0), total)
-    steps = ([Locals(pre)] if pre else []) + rs
-    post = P.divide(n, lambda g: (0, counts[g]), avg)
-    if post:
-        steps.append(Locals(post))
-    return Schedule(op, "mesh", n, [total] * n, list(counts),
-                    [total + extra[g] for g in range(n)], steps)
+    return P.sched_steps(op, "mesh", n, [total] * n, counts,
+                         [total + extra[g] for g in range(n)], pre, rs,
+                         P.divide(n, lambda g: (0, counts[g]), avg))
 
 
 def all_gather(view, counts, op):
@@ -237,9 +231,8 @@ def all_gather(view, counts, op):
     boffs = offsets(counts)
     regions = [[b] for b in zip(boffs, counts)]
     pre = [Local(g, "copy", IN, 0, counts[g], OUT, boffs[g]) for g in range(n) if counts[g]]
-    steps = ([Locals(pre)] if pre else []) + all_gather_steps(
-        chips, regions, lambda a, off: (IN, 0))
-    return Schedule(op, "mesh", n, list(counts), [total] * n, [0] * n, steps)
+    return P.sched_steps(op, "mesh", n, counts, [total] * n, [0] * n, pre,
+                         all_gather_steps(chips, regions, lambda a, off: (IN, 0)))
 
 
 def build(op, view, sizes, avg=False, extra=None):

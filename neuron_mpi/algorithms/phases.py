@@ -136,16 +136,21 @@ def rdh_all_reduce_rounds(order, off, length, buf) -> list[list[Xfer]]:
 def sched(op, algo, n, ins, outs, tmps, pre, rounds, post=(), slices=1):
     """A Schedule from local steps before, rounds of transfers, local steps after.
     ``slices``: how many slices each round's chunks are sent in (see Round)."""
-    from ..schedule import Locals, Round, Schedule
+    from ..schedule import Round
 
-    steps = []
-    if pre:
-        steps.append(Locals(list(pre)))
     per_round = slices if isinstance(slices, list) else [slices] * len(rounds)
-    steps.extend(Round(list(r), k) for r, k in zip(rounds, per_round))
-    if post:
-        steps.append(Locals(list(post)))
-    return Schedule(op, algo, n, list(ins), list(outs), list(tmps), steps)
+    return sched_steps(op, algo, n, ins, outs, tmps, pre,
+                       [Round(list(r), k) for r, k in zip(rounds, per_round)], post)
+
+
+def sched_steps(op, algo, n, ins, outs, tmps, pre, steps, post=()):
+    """A Schedule from local steps before, built steps (Round and Locals), local
+    steps after (an empty ``pre`` or ``post`` adds no step)."""
+    from ..schedule import Locals, Schedule
+
+    return Schedule(op, algo, n, list(ins), list(outs), list(tmps),
+                    ([Locals(list(pre))] if pre else []) + list(steps)
+                    + ([Locals(list(post))] if post else []))
 
 
 def divide(n, region_of, avg):

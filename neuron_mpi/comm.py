@@ -36,8 +36,8 @@ from .engine import make_engine
 from .errors import (CollectiveTimeoutError, CommunicatorFailedError,
                      InvalidArgumentError, NeuronMPIError, TopologyError, arg_error)
 from .executor import (CODES, NO_BOARD, Execution, Plan, Scratch, SendRecvExecution,
-                       make_buffers, native_args, native_head, pieces, retag_sendrecv,
-                       sendrecv_plan)
+                       make_buffers, native_args, native_head, pieces, retag_native,
+                       retag_sendrecv, sendrecv_plan)
 from .kernels import dtype_name
 from .recorder import FlightRecorder
 from .schedule import CallRecord
@@ -208,8 +208,8 @@ class _P2P:
     builds only the run's arguments. Holds the arrays by weak reference only, as
     ``_Call`` does."""
 
-    __slots__ = ("x", "out", "xmeta", "ometa", "timeout", "env", "seconds", "plan", "one",
-                 "sends", "keys", "state", "xs", "head", "tail")
+    __slots__ = ("x", "out", "xmeta", "ometa", "timeout", "env", "seconds", "plan", "state",
+                 "xs", "head", "tail")
 
     def __init__(self, comm_id, x, out, timeout, seconds, plan, sc, head):
         self.x = None if x is None else weakref.ref(x)
@@ -220,9 +220,6 @@ class _P2P:
         self.env = env.per_call_key()
         self.seconds = seconds
         self.plan = plan
-        np_ = plan.native
-        self.sends, self.keys = np_.sends, np_.keys
-        self.one = len(np_.sends) <= 1 and len(np_.keys) == 1
         self.state, self.xs = sc.state, sc.xs
         self.head = head
         self.tail = (sc.tmp8, comm_id, 0, 0) + NO_BOARD + (sc.pend,)
@@ -1215,12 +1212,7 @@ class Communicator:
             sent[dst] = ns + 1
         nr = self._p2p_recv[src]
         sxid, rxid = self.rank + self.size * ns, src + self.size * nr  # (_p2p_xid's)
-        if k.one:  # a piece each way at most: the compiled tables renumbered in place
-            if x is not None:
-                k.sends[0, 5] = sxid
-            k.keys[0] = rxid << native.KEY_SHIFT
-        else:
-            retag_sendrecv(k.plan, sxid, rxid)
+        retag_native(k.plan.native, sxid, rxid)  # (the steps' numbers: only if needed below)
         k.state.fill(0)
         k.xs[5] = 1  # (sleep on any ring, as _p2p_compiled)
         args = k.head + (payload, flat) + k.tail

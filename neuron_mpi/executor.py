@@ -440,17 +440,22 @@ def retag_sendrecv(plan: Plan, sxid: int, rxid: int) -> None:
         s.xid = sxid
     for r in st.recvs:
         r.xid = rxid
-    np_ = plan.native
-    if np_ is not None:
-        sends, keys = np_.sends, np_.keys
-        if len(sends) + len(keys) <= 4:  # (a small message's one or two pieces: item
-            for i in range(len(sends)):  # by item costs less than numpy's slicing)
-                sends[i, 5] = sxid
-            for i in range(len(keys)):
-                keys[i] = (rxid << native.KEY_SHIFT) | i
-        else:
-            sends[:, 5] = sxid
-            keys[:] = (rxid << native.KEY_SHIFT) | np.arange(len(keys))
+    if plan.native is not None:
+        retag_native(plan.native, sxid, rxid)
+
+
+def retag_native(np_, sxid: int, rxid: int) -> None:
+    """retag_sendrecv's part in the compiled tables alone (all a run that ends done
+    reads)."""
+    sends, keys = np_.sends, np_.keys
+    if len(sends) + len(keys) <= 4:  # (a small message's one or two pieces: item
+        for i in range(len(sends)):  # by item costs less than numpy's slicing)
+            sends[i, 5] = sxid
+        for i in range(len(keys)):
+            keys[i] = (rxid << native.KEY_SHIFT) | i
+    else:
+        sends[:, 5] = sxid
+        keys[:] = (rxid << native.KEY_SHIFT) | np.arange(len(keys))
 
 
 class Scratch:

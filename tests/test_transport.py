@@ -186,6 +186,39 @@ def test_a_piece_larger_than_a_slot_from_python_is_read_from_a_private_copy(pair
     assert not a._lent and not stuck
 
 
+def test_private_copies_read_by_their_receivers_are_reused_within_a_bound(pair, monkeypatch):
+    """A private copy whose receiver has read it is kept (up to SPARE_BYTES, the
+    largest first) and holds the next piece that fits, so a Python sender does not
+    fault fresh pages in for every piece; what the receiver reads is the new piece."""
+    from neuron_mpi.transport import shm as SHM
+
+    seg, a, b = pair
+    a.enable_reads(1)
+    monkeypatch.setattr(SHM, "SPARE_BYTES", 500)
+    for p, n in enumerate((300, 200)):
+        assert a.post(1, head((2, 1, 1, p), n), np.full(n, p + 1, np.uint8))
+    first = [e[2].base if e[2].base is not None else e[2] for e in a._lent]
+    for p, n in enumerate((300, 200)):
+        got = b.take((2, 1, 1, p))
+        assert np.array_equal(got.data, np.full(n, p + 1, np.uint8))
+        got.release()
+    a.unblock([])  # both read: given back, 500 bytes in all
+    assert not a._lent and sorted(x.size for x in a._spare) == [200, 300]
+    assert all(any(x is f for f in first) for x in a._spare)
+    assert a.post(1, head((2, 1, 2, 0), 250), np.full(250, 9, np.uint8))  # fits the 300
+    assert a._lent[0][2].base is first[0] and [x.size for x in a._spare] == [200]
+    got = b.take((2, 1, 2, 0))
+    assert np.array_equal(got.data, np.full(250, 9, np.uint8))
+    got.release()
+    assert a.post(1, head((2, 1, 3, 0), 400), np.full(400, 4, np.uint8))  # none fits: new
+    assert all(e[2].base is not first[0] and e[2].base is not first[1] for e in a._lent)
+    got = b.take((2, 1, 3, 0))
+    assert np.array_equal(got.data, np.full(400, 4, np.uint8))
+    got.release()
+    a.unblock([])  # 400, 300, 200 given back: the 400 and (500 reached) nothing else
+    assert [x.size for x in a._spare] == [400]
+
+
 def test_copied_transfers_are_cut_at_the_read_piece_size():
     """Plan cuts a copied transfer at ``cut(src, dst)`` bytes and a reduced one at
     the piece size; both ends of a transfer cut it alike."""

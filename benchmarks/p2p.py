@@ -13,6 +13,12 @@ CPU is counted around the calls only, not the barriers):
 buffers, the baseline). Prints ms per call, CPU ms per call and rank (all
 threads), each method's ratio to the baseline, and whether every result was
 exact.
+
+With ``--pattern pingpong`` the ranks pair up (0-1, 2-3, ...): the even rank of a
+pair sends and then receives the message back, the odd one receives and sends it
+back (a receiver that waits for each message, as the stages of a pipeline do):
+``send+recv`` against ``mpi`` (MPI_Send and MPI_Recv the same way), ms per round
+trip. It needs an even number of ranks.
 """
 from __future__ import annotations
 
@@ -39,32 +45,52 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--each", action="store_true",
                     help="time each call on its own after a barrier (the bench's way)")
+    ap.add_argument("--pattern", choices=("ring", "pingpong"), default="ring",
+                    help="a ring of sends (default) or pairs sending a message back")
     args = ap.parse_args(argv)
-    comm = nm.init()
     world = MPI.COMM_WORLD
+    if args.pattern == "pingpong" and world.Get_size() % 2:
+        if world.Get_rank() == 0:
+            print(f"p2p.py: error: --pattern pingpong needs an even number of ranks, "
+                  f"not {world.Get_size()}", file=sys.stderr)
+        return 2
+    comm = nm.init()
     me, n = comm.rank, comm.size
-    nxt, prv = (me + 1) % n, (me - 1) % n
+    pong = args.pattern == "pingpong"
+    nxt, prv = (me ^ 1, me ^ 1) if pong else ((me + 1) % n, (me - 1) % n)
     ring = [[i, (i + 1) % n] for i in range(n)]
     if me == 0:
         how = "each call after a barrier, median" if args.each else "calls back to back"
-        print(f"# ring of {n} ranks on {comm.topology.instance} ({how}): ms per call "
-              "(slowest rank), CPU ms per call and rank, ratio = ms / MPI_Sendrecv's ms")
+        what, base = (("pairs sending back", "MPI_Send + MPI_Recv's") if pong else
+                      ("a ring", "MPI_Sendrecv's"))
+        print(f"# {what} of {n} ranks on {comm.topology.instance} ({how}): ms per call "
+              f"(slowest rank), CPU ms per call and rank, ratio = ms / {base} ms")
         print(f"# {'bytes':>10} {'method':>10} {'ms':>9} {'cpu ms':>8} {'ratio':>7}  exact")
     bad = 0
     for size in args.bytes:
         nbytes = parse_size(size)
         x = (np.arange(nbytes // 4, dtype=np.float32) + 1000 * me) % 65521
-        want = (np.arange(nbytes // 4, dtype=np.float32) + 1000 * prv) % 65521
+        # (a ping-pong's even rank gets its own message back)
+        want = (np.arange(nbytes // 4, dtype=np.float32) +
+                1000 * (me if pong and me % 2 == 0 else prv)) % 65521
         out = np.empty_like(x)
 
         def send_recv():
             comm.send(x, nxt)
             comm.recv(out, prv)
 
-        methods = {"mpi": lambda: world.Sendrecv(x, dest=nxt, recvbuf=out, source=prv),
-                   "send+recv": send_recv,
-                   "sendrecv": lambda: comm.sendrecv(x, nxt, out, prv),
-                   "permute": lambda: comm.permute(x, ring, out=out)}
+        if pong:
+            first = me % 2 == 0
+            methods = {
+                "mpi": (lambda: (world.Send(x, nxt), world.Recv(out, prv))) if first else
+                (lambda: (world.Recv(out, prv), world.Send(out, nxt))),
+                "send+recv": send_recv if first else
+                (lambda: (comm.recv(out, prv), comm.send(out, nxt)))}
+        else:
+            methods = {"mpi": lambda: world.Sendrecv(x, dest=nxt, recvbuf=out, source=prv),
+                       "send+recv": send_recv,
+                       "sendrecv": lambda: comm.sendrecv(x, nxt, out, prv),
+                       "permute": lambda: comm.permute(x, ring, out=out)}
         rows = {}
         for name, call in methods.items():
             call()  # warm: plans, pages

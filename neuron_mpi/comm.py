@@ -176,6 +176,9 @@ class _Shape:
             self.spares.append(scratch)
 
 
+# a send of more than a slot waits up to nbytes / POST_WAIT_RATE s (at most
+# POST_WAIT_MAX) for its receiver to wait for it, to be read from x (_p2p_compiled)
+POST_WAIT_RATE, POST_WAIT_MAX = 4e9, 0.002
 KEPT, SEEN = 16, 64  # calls kept to repeat, input arrays remembered (Communicator._keep)
 
 
@@ -202,7 +205,7 @@ class _Call:
 
 
 class _P2P:
-    """A sendrecv or recv that ran as one compiled round, kept to repeat: a loop
+    """A sendrecv, send or recv that ran as one compiled round, kept to repeat: a loop
     exchanging the same arrays with the same peers (``Communicator._p2p_again``)
     skips the argument checks, the plan lookup and the parsing of its timeout, and
     builds only the run's arguments. Holds the arrays by weak reference only, as
@@ -213,9 +216,9 @@ class _P2P:
 
     def __init__(self, comm_id, x, out, timeout, seconds, plan, sc, head):
         self.x = None if x is None else weakref.ref(x)
-        self.out = weakref.ref(out)
+        self.out = None if out is None else weakref.ref(out)
         self.xmeta = None if x is None else _meta(x)
-        self.ometa = _meta(out)
+        self.ometa = None if out is None else _meta(out)
         self.timeout = (type(timeout), timeout)
         self.env = env.per_call_key()
         self.seconds = seconds
@@ -271,8 +274,8 @@ class Communicator:
         self._p2p_sent: dict[int, int] = {}
         self._p2p_recv: dict[int, int] = {}
         self._plans: dict = {}
-        # (id(x) or 0, id(out), dst or -1, src) -> _P2P: point-to-point calls kept to
-        # repeat; and the keys of recent ones, kept once they come again
+        # (id(x) or 0, id(out) or 0, dst or -1, src or -1) -> _P2P: point-to-point
+        # calls kept to repeat; and the keys of recent ones, kept once they come again
         self._p2p_kept: dict = {}
         self._p2p_seen: set = set()
         self._shapes: dict = {}  # call shape -> _Shape
@@ -1061,14 +1064,21 @@ class Communicator:
     def send(self, x, dst, timeout=None) -> None:
         """Send ``x`` to ``dst``; returns once its bytes have left this rank (copied
         into the next rank's landing slots, or handed to MPI)."""
+        if type(dst) is int:
+            k = self._p2p_kept.get((id(x), 0, dst, -1))
+            if k is not None and self._p2p_again(k, x, dst, None, -1, timeout):
+                return
         self._ensure_usable()
         x = V.array(x)
         dst = V.rank(dst, self.size, "dst")
         seconds, deadline = self._p2p_deadline(timeout)
+        eng = self._engine
+        if eng.native and self._p2p_compiled(x, dst, None, None, None, None, seconds,
+                                             deadline, timeout):
+            return
         n = self._p2p_sent.get(dst, 0)
         self._p2p_sent[dst] = n + 1
         payload = np.ascontiguousarray(x).reshape(-1).view(np.uint8)
-        eng = self._engine
         to = self._ranks[dst]
         per = eng.piece_for(self.world_rank, to)
         waiting: list = []
@@ -1084,12 +1094,7 @@ class Communicator:
             return all(w is None or w.sent for w in waiting)
 
         def expired():
-            first = self.topology.route(self.world_rank, to)[1:2]
-            hop = first[0] if first else dst
-            link = self.topology.link_between_ranks(self.world_rank, hop).kind
-            return CollectiveTimeoutError(
-                f"send (message {n} to rank {dst}) timed out after {seconds:g} s waiting for "
-                f"rank {hop} to take it over {link}")
+            return self._send_timeout(n, dst, seconds)
         try:
             with eng.held():  # every piece posted at once (room at the first hop):
                 sent = posted()  # done, without a pass of the drive loop
@@ -1103,11 +1108,20 @@ class Communicator:
             self._fail(e)
             raise
 
+    def _send_timeout(self, n: int, dst: int, seconds) -> CollectiveTimeoutError:
+        to = self._ranks[dst]
+        first = self.topology.route(self.world_rank, to)[1:2]
+        hop = first[0] if first else dst
+        link = self.topology.link_between_ranks(self.world_rank, hop).kind
+        return CollectiveTimeoutError(
+            f"send (message {n} to rank {dst}) timed out after {seconds:g} s waiting for "
+            f"rank {hop} to take it over {link}")
+
     def recv(self, out, src, timeout=None):
         """Receive the next message from ``src`` into ``out`` (exactly its size)."""
         if type(src) is int:
             k = self._p2p_kept.get((0, id(out), -1, src))
-            if k is not None and self._p2p_again(k, None, None, out, src, timeout) is not None:
+            if k is not None and self._p2p_again(k, None, None, out, src, timeout):
                 return out
         self._ensure_usable()
         out, src, flat, staging = self._receive_args(out, src)
@@ -1168,7 +1182,7 @@ class Communicator:
         straight into ``out`` (one copy each way)."""
         if type(dst) is int and type(src) is int:
             k = self._p2p_kept.get((id(x), id(out), dst, src))
-            if k is not None and self._p2p_again(k, x, dst, out, src, timeout) is not None:
+            if k is not None and self._p2p_again(k, x, dst, out, src, timeout):
                 return out
         self._ensure_usable()
         x = V.array(x)
@@ -1191,10 +1205,11 @@ class Communicator:
         """Run kept point-to-point call ``k`` again when this call repeats it: the
         same arrays (by identity, with the shape, strides, dtype and writability
         they had: still C-contiguous, apart and writeable), the same timeout
-        argument and per-call environment, a usable communicator. Else None, having
-        done nothing: the call is checked and looked up as a new one."""
-        if k.out() is not out or (out.shape, out.strides, out.dtype,
-                                  out.flags.writeable) != k.ometa or x is not None and (
+        argument and per-call environment, a usable communicator; True. Else None,
+        having done nothing: the call is checked and looked up as a new one."""
+        if out is not None and (k.out() is not out or (
+                out.shape, out.strides, out.dtype, out.flags.writeable) != k.ometa) or \
+                x is not None and (
                 k.x() is not x or (x.shape, x.strides, x.dtype,
                                    x.flags.writeable) != k.xmeta) or \
                 self._failed is not None or k.timeout != (type(timeout), timeout) or \
@@ -1202,7 +1217,8 @@ class Communicator:
             return None
         seconds = k.seconds
         deadline = None if seconds is None else time.monotonic() + seconds
-        flat = out.view(_U8) if out.ndim == 1 else out.reshape(-1).view(_U8)
+        flat = _EMPTY_BYTES if out is None else \
+            out.view(_U8) if out.ndim == 1 else out.reshape(-1).view(_U8)
         if x is None:
             payload, ns = _EMPTY_BYTES, 0
         else:
@@ -1210,30 +1226,39 @@ class Communicator:
             sent = self._p2p_sent
             ns = sent[dst]
             sent[dst] = ns + 1
-        nr = self._p2p_recv[src]
+        nr = 0 if out is None else self._p2p_recv[src]
         sxid, rxid = self.rank + self.size * ns, src + self.size * nr  # (_p2p_xid's)
         retag_native(k.plan.native, sxid, rxid)  # (the steps' numbers: only if needed below)
         k.state.fill(0)
         k.xs[5] = 1  # (sleep on any ring, as _p2p_compiled)
         args = k.head + (payload, flat) + k.tail
-        status = self._engine.run_alone(args, deadline)
-        if status == native.DONE:
-            self._p2p_recv[src] = nr + 1
-            return out
-        retag_sendrecv(k.plan, sxid, rxid)  # (the Python path reads the steps' numbers)
-        self._p2p_finish(x, dst, out, src, flat, flat, seconds, deadline, k.plan, payload,
-                         args, status, ns, nr)
-        return out
+        post = k.plan.post
+        if post >= 0:  # (as _p2p_compiled)
+            self._engine.shm.post_receive(post, self._id, rxid)
+        try:
+            status = self._engine.run_alone(args, deadline)
+            if status == native.DONE:
+                if out is not None:
+                    self._p2p_recv[src] = nr + 1
+                return True
+            retag_sendrecv(k.plan, sxid, rxid)  # (the Python path reads the steps' numbers)
+            self._p2p_finish(x, dst, out, src, flat, flat, seconds, deadline, k.plan, payload,
+                             args, status, ns, nr)
+            return True
+        finally:
+            if post >= 0:
+                self._engine.shm.unpost_receive(post)
 
     def _p2p_keep(self, x, dst, out, src, timeout, seconds, plan, sc, head) -> None:
         """Keep a compiled point-to-point call to repeat (``_p2p_again``) once its
         key comes a second time: plain C-contiguous arrays, apart (checked by the
         caller), peers given as plain ints."""
-        if type(out) is not np.ndarray or type(src) is not int or x is not None and (
-                type(x) is not np.ndarray or type(dst) is not int or
-                not x.flags.c_contiguous):
+        if out is not None and (type(out) is not np.ndarray or type(src) is not int) or \
+                x is not None and (type(x) is not np.ndarray or type(dst) is not int or
+                                   not x.flags.c_contiguous):
             return
-        key = (0, id(out), -1, src) if x is None else (id(x), id(out), dst, src)
+        key = (0, id(out), -1, src) if x is None else (id(x), 0, dst, -1) if out is None \
+            else (id(x), id(out), dst, src)
         seen = self._p2p_seen
         if key not in seen:
             if len(seen) >= SEEN:
@@ -1247,19 +1272,41 @@ class Communicator:
 
     def _p2p_compiled(self, x, dst, out, src, flat, staging, seconds, deadline,
                       timeout=None) -> bool:
-        """recv (``x`` None) or sendrecv as one compiled round: False, having done
-        nothing, where that cannot run (a peer outside this shared-memory domain)."""
+        """recv (``x`` None), send (``out`` None) or sendrecv as one compiled round:
+        False, having done nothing, where that cannot run (a peer outside this
+        shared-memory domain; a send of more than a slot's bytes whose receiver
+        is not waiting for it: Python's, from a private copy). A send of at most a
+        slot copies its pieces into their slots; a larger one whose receiver waits
+        in a large receive for it (ShmTransport.receiving) leaves them in ``x`` and
+        returns once they are read (one copy instead of two)."""
         eng = self._engine
         if not eng.native:
             return False
         nsend = -1 if x is None else x.nbytes
-        ns, nr = self._p2p_sent.get(dst, 0), self._p2p_recv.get(src, 0)
-        sxid, rxid = self._p2p_xid(self.rank, ns), self._p2p_xid(src, nr)
-        key = ("p2p", dst, nsend, src, out.nbytes)
+        nrecv = -1 if out is None else out.nbytes
+        ns = self._p2p_sent.get(dst, 0)
+        nr = 0 if out is None else self._p2p_recv.get(src, 0)
+        sxid = self._p2p_xid(self.rank, ns)
+        rxid = 0 if out is None else self._p2p_xid(src, nr)
+        read = False
+        if out is None and nsend > eng.shm.S:
+            shm, to = eng.shm, self._ranks[dst]
+            if not (shm.reads() and shm.reaches(to)):
+                return False
+            if not shm.receiving(to, self._id, sxid):
+                # give a receiver about to receive (the reply of a ping-pong) as long
+                # to show it as the private copy it spares would take
+                end = time.monotonic() + min(nsend / POST_WAIT_RATE, POST_WAIT_MAX)
+                if not shm.await_receive(to, self._id, sxid, eng.bell,
+                                         end if deadline is None else min(end, deadline)):
+                    return False
+            read = True
+        key = ("p2p", dst, nsend, src, nrecv) if not read else ("p2p-read", dst, nsend)
         kept = self._plans.get(key)
         if kept is None:
             plan = sendrecv_plan(eng, None if x is None else self._ranks[dst], sxid, nsend,
-                                 self._ranks[src], rxid, out.nbytes)
+                                 None if out is None else self._ranks[src], rxid, nrecv,
+                                 may_read=read)
             sc = head = None
             if plan.native is not None:
                 sc = Scratch(plan.native.max_flags, 0, np.uint8)
@@ -1276,7 +1323,7 @@ class Communicator:
             x.reshape(-1).view(np.uint8) if type(x) is np.ndarray and x.flags.c_contiguous
             else np.ascontiguousarray(x).reshape(-1).view(np.uint8))
         apart = True
-        if payload.size and np.may_share_memory(payload, staging) or \
+        if payload.size and out is not None and np.may_share_memory(payload, staging) or \
                 not payload.flags.writeable:
             # the same memory both ways: send what it held (read-only: the compiled
             # run takes writeable arrays only, as Execution._bytes)
@@ -1288,17 +1335,26 @@ class Communicator:
         # _run_alone); sleeping on any ring (xs[5]), as the peer may send another size
         xs, flags, pend = sc.zeroed()
         xs[5] = 1
-        args = native_args(eng.shm, plan.native, xs, flags, payload, staging, sc.tmp8, self._id,
+        args = native_args(eng.shm, plan.native, xs, flags, payload,
+                           _EMPTY_BYTES if out is None else staging, sc.tmp8, self._id,
                            0, 0, NO_BOARD, pend, head)
-        status = eng.run_alone(args, deadline)
-        if status == native.DONE:
-            self._p2p_recv[src] = nr + 1
-            self._received(src, out.nbytes, out, flat, staging)
-            if apart and flat is not None:
-                self._p2p_keep(x, dst, out, src, timeout, seconds, plan, sc, head)
-            return True
-        return self._p2p_finish(x, dst, out, src, flat, staging, seconds, deadline, plan,
-                                payload, args, status, ns, nr)
+        post = plan.post
+        if post >= 0:  # (a large receive: its sender may leave the message in place)
+            eng.shm.post_receive(post, self._id, rxid)
+        try:
+            status = eng.run_alone(args, deadline)
+            if status == native.DONE:
+                if out is not None:
+                    self._p2p_recv[src] = nr + 1
+                    self._received(src, out.nbytes, out, flat, staging)
+                if apart and (out is None or flat is not None) and not read:
+                    self._p2p_keep(x, dst, out, src, timeout, seconds, plan, sc, head)
+                return True
+            return self._p2p_finish(x, dst, out, src, flat, staging, seconds, deadline,
+                                    plan, payload, args, status, ns, nr)
+        finally:
+            if post >= 0:
+                eng.shm.unpost_receive(post)
 
     def _p2p_finish(self, x, dst, out, src, flat, staging, seconds, deadline, plan, payload,
                     args, status, ns, nr) -> bool:
@@ -1306,9 +1362,9 @@ class Communicator:
         an Execution driven to the end. Apart so that a call done alone builds none of
         its closure's cells."""
         eng = self._engine
-        op = "recv" if x is None else "sendrecv"
-        ex = SendRecvExecution(eng, plan, make_buffers(payload, staging, 0, np.uint8),
-                               self._id, op)
+        op = "recv" if x is None else "send" if out is None else "sendrecv"
+        ex = SendRecvExecution(eng, plan, make_buffers(
+            payload, _EMPTY_BYTES if out is None else staging, 0, np.uint8), self._id, op)
         if status is not None:
             ex.adopt(args, status)  # go on from where the compiled run stopped
 
@@ -1316,6 +1372,8 @@ class Communicator:
             _, missing = ex.waiting_for()
             if x is None:
                 return self._recv_timeout(nr, src, seconds)
+            if out is None:
+                return self._send_timeout(ns, dst, seconds)
             if missing:
                 what = f"message {nr} from rank {src}"
             elif ex.unread():
@@ -1334,6 +1392,8 @@ class Communicator:
         if ex.error is not None:
             self._fail(ex.error)
             raise ex.error
+        if out is None:
+            return True
         self._p2p_recv[src] = nr + 1
         self._received(src, out.nbytes if ex.mismatch is None else ex.mismatch, out, flat,
                        staging)

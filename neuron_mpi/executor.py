@@ -411,25 +411,37 @@ def _parts(steps, tmp_elems, itemsize, dtype_name, engine, charge):
 
 
 def sendrecv_plan(engine, dst: int, sxid: int, nsend: int, src: int, rxid: int,
-                  nrecv: int) -> Plan:
+                  nrecv: int, may_read: bool = False) -> Plan:
     """Point-to-point send and receive as one round (item size 1: bytes): ``nsend``
     bytes of IN to world rank ``dst`` as transfer ``sxid`` (``dst`` None: a receive
     alone), and ``nrecv`` bytes from world rank ``src`` into OUT as transfer
-    ``rxid``. Compiled (``.native``) only when both directions stay in this rank's
-    shared-memory domain and neither is this rank itself."""
+    ``rxid`` (``src`` None: a send alone, whose pieces are copied into their
+    slots, not read from IN, as a send returns once its bytes have left; unless
+    ``may_read``: its receiver waits for it, and the send waits for the reads).
+    Compiled (``.native``) only when both directions stay in this rank's
+    shared-memory domain and neither is this rank itself. ``.post``: for a large
+    receive alone that a sender may leave in its buffer (more than a slot, where
+    receivers read), ``src``, whose sends look for it (ShmTransport.post_receive);
+    else -1."""
     me = engine.rank
     plan = Plan.__new__(Plan)
     plan.steps = [("round", RoundStep(
         [] if dst is None else
         [Send(sxid, p, dst, IN, o, n, nsend)
          for p, (o, n) in enumerate(pieces(nsend, engine.piece_for(me, dst)))],
+        [] if src is None else
         [Recv(rxid, p, src, OUT, o, n, False, nrecv)
          for p, (o, n) in enumerate(pieces(nrecv, engine.piece_for(src, me)))]))]
     plan.tmp_elems = 0
     plan.native = plan.parts = None
+    plan.post = -1
     hops = engine.hops
     if engine.native and _inside(plan.steps[0][1], hops):
         plan.native = NativePlan(plan.steps, 1, "uint8", hops, engine.shm.local)
+        if src is None and not may_read:
+            plan.native.sends[:, native.S_MAY_READ] = 0
+        if dst is None and nrecv > engine.shm.S and engine.shm.reads():
+            plan.post = src
     return plan
 
 

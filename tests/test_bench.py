@@ -348,6 +348,17 @@ def test_p2p_benchmark_runs_every_method_exactly():
     rows = [ln.split() for ln in each.stdout.splitlines() if ln.startswith("  ")]
     assert [r[1] for r in rows] == ["mpi", "send+recv", "sendrecv", "permute"]
     assert all(r[-1] == "yes" and float(r[2]) > 0 for r in rows)
+    pong = _launch(["--bytes", "4KB", "600KB", "--iters", "3", "--pattern", "pingpong"],
+                   program=[sys.executable, str(ROOT / "benchmarks" / "p2p.py")])
+    assert pong.returncode == 0, pong.stdout + pong.stderr
+    assert "pairs sending back" in pong.stdout
+    rows = [ln.split() for ln in pong.stdout.splitlines() if ln.startswith("  ")]
+    assert [(r[0], r[1]) for r in rows] == [
+        (b, m) for b in ("4096", "614400") for m in ("mpi", "send+recv")]
+    assert all(r[-1] == "yes" for r in rows)
+    odd = _launch(["--pattern", "pingpong"], ranks=3,
+                  program=[sys.executable, str(ROOT / "benchmarks" / "p2p.py")])
+    assert odd.returncode == 2 and "needs an even number of ranks, not 3" in odd.stderr
 
 
 def test_overlap_benchmark_reports_both_measures(tmp_path):

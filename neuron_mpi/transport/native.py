@@ -30,6 +30,7 @@ KEY_SHIFT = 20  # a piece's lookup key: xid << 20 | piece
 # whether the receiver may read the piece from the sender's buffer (its final
 # destination in this domain: it copies or reduces the piece from there)
 SEND_COLS = 11
+S_MAY_READ = 10  # (that last column)
 # buf, byte offset, bytes, xid, piece, reduce, the transfer's bytes, and for a reduced
 # piece that stands in for a leading copy the buffer (else -1) and byte offset of the
 # input it reduces with (destination = input op piece; executor.Recv.base)

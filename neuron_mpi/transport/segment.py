@@ -7,6 +7,8 @@ channel, S bytes per slot, N ranks in the job):
   ctl     int32 [L][16]     per rank: [0] doorbell (futex word), [1] sleepers
   state   int64 [L][L][K]   [dst][src][k]: 0 empty, else the slot's generation
   want    int32 [L][L]      [dst][src]: src waits for a free slot to dst
+  posted  int64 [L][L][2]   [dst][src]: (communicator, transfer + 1) of the message
+                            dst waits for in a large recv from src (0: none)
   hdr     int64 [L][L][K][16]  the header of a full slot
   ledger  int64 [L][N][2]   bytes and messages from local rank a to rank b
   boards  NB agreement boards (see Board)
@@ -64,6 +66,8 @@ class Layout:
         off = _align(off + L * L * K * 8)
         self.want = off
         off = _align(off + L * L * 4)
+        self.posted = off
+        off = _align(off + L * L * 2 * 8)
         self.hdr = off
         off = _align(off + L * L * K * HDR_WORDS * 8)
         self.ledger = off
@@ -201,6 +205,7 @@ class Segment:
         self.ctl = _arr(self.buf, lay.ctl, np.int32, L * CTL_STRIDE)
         self.state = _arr(self.buf, lay.state, np.int64, L * L * K)
         self.want = _arr(self.buf, lay.want, np.int32, L * L)
+        self.posted = _arr(self.buf, lay.posted, np.int64, L * L * 2)
         self.hdr = _arr(self.buf, lay.hdr, np.int64, L * L * K * HDR_WORDS).reshape(
             L * L * K, HDR_WORDS)
         self.ledger = _arr(self.buf, lay.ledger, np.int64, L * n_world * 2)
@@ -210,7 +215,7 @@ class Segment:
         return self.ctl.ctypes.data + local * CTL_STRIDE * 4
 
     def close(self) -> None:
-        for name in ("ctl", "state", "want", "hdr", "ledger", "data"):
+        for name in ("ctl", "state", "want", "posted", "hdr", "ledger", "data"):
             setattr(self, name, None)
         try:
             self.buf.close()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 
 import numpy as np
 
@@ -181,6 +182,10 @@ class ShmTransport:
         slot = native.find(self.seg8, self.g, key[0], key[1], key[2], key[3])
         return None if slot < 0 else self._arrival(slot)
 
+    def reads(self) -> bool:
+        """Do this domain's receivers read pieces from their senders (enable_reads)?"""
+        return bool(self.g[native.G_PULL])
+
     def enable_reads(self, min_bytes: int) -> None:
         """Let receivers read pieces of at least ``min_bytes`` that they copy straight
         from this rank's buffers (process_vm_readv): one copy instead of two. Only
@@ -201,6 +206,45 @@ class ShmTransport:
 
     def release(self, slot: int, src: int = -1) -> None:
         native.release(self.seg8, self.g, slot)
+
+    # --- large receives posted: one copy for a send whose receiver waits -------------
+    def post_receive(self, src: int, comm: int, xid: int) -> None:
+        """Show that this rank waits in a receive for transfer ``xid`` of
+        communicator ``comm`` from world rank ``src`` (its domain's): a send of that
+        message may then leave its pieces in the sender's buffer for this rank to
+        read (``receiving``). The transfer word is cleared first and set last, so
+        a sender that reads it twice around the communicator word reads a pair
+        that was posted together."""
+        p, j = self.seg.posted, self.local[src]
+        i = 2 * (self.me * self.L + j)
+        p[i + 1] = 0
+        p[i] = comm
+        p[i + 1] = xid + 1
+        native.ring(self.seg8, self.g, j, 0)  # (a sender may wait for it: await_receive)
+
+    def unpost_receive(self, src: int) -> None:
+        self.seg.posted[2 * (self.me * self.L + self.local[src]) + 1] = 0
+
+    def receiving(self, dst: int, comm: int, xid: int) -> bool:
+        """Does world rank ``dst`` (this domain's) wait in a receive for transfer
+        ``xid`` of ``comm`` from this rank (post_receive)? (x86-64 keeps stores and
+        loads in program order, the only target of the compiled plane.)"""
+        p, i = self.seg.posted, 2 * (self.local[dst] * self.L + self.me)
+        a = int(p[i + 1])
+        c = int(p[i])
+        return a == xid + 1 and c == comm and int(p[i + 1]) == a
+
+    def await_receive(self, dst: int, comm: int, xid: int, bell, end: float) -> bool:
+        """``receiving``, waiting for it until time.monotonic() ``end`` asleep on this
+        rank's doorbell ``bell``, which post_receive rings."""
+        while True:
+            seen = bell.value()
+            if self.receiving(dst, comm, xid):
+                return True
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            bell.sleep(seen, left)
 
     def wanted(self) -> bool:
         """Some sender waits for a slot to this rank."""

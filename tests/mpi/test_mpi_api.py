@@ -791,6 +791,55 @@ def test_large_copies_are_read_from_the_senders_buffer(comm):
         assert_same(comm.recv(out, (me - 1) % n), prev, "send/recv of a large buffer")
 
 
+def test_a_large_send_to_a_waiting_receiver_is_read_from_x(comm):
+    """A send of more than a slot whose receiver already waits for it in a recv
+    (ShmTransport.post_receive) leaves its pieces in ``x`` for the receiver to read
+    and returns once they are read (one copy, no private copy: x may change as soon
+    as it returns); a receiver that is not waiting gets it from a private copy as
+    before, also when every rank sends before it receives. Exact and in order."""
+    import time
+
+    n, me = comm.size, comm.rank
+    peer = me ^ 1
+    eng = comm._engine
+    count = 100_000 + 7  # 391 KiB: more than a slot
+    x, out = np.empty(count, np.float32), np.empty(count, np.float32)
+
+    def msg(r, k):
+        return (np.arange(count, dtype=np.float32) * 3 + r + 7 * k) % 65521
+
+    if peer < n:
+        to = comm._ranks[peer]
+        reads = eng.native and eng.shm.reads() and eng.shm.reaches(to)
+        if me % 2 == 0:
+            if reads:  # (wait until the receiver shows its receive)
+                sxid = comm._p2p_xid(me, comm._p2p_sent.get(peer, 0))
+                t0 = time.monotonic()
+                while not eng.shm.receiving(to, comm._id, sxid):
+                    assert time.monotonic() - t0 < 60, "the receiver never showed its recv"
+                    time.sleep(0.001)
+            x[...] = msg(me, 0)
+            comm.send(x, peer, timeout=60.0)
+            x[...] = -1  # (read already: the send returned once it was)
+            assert (("p2p-read", peer, x.nbytes) in comm._plans) == bool(reads)
+            x[...] = msg(me, 1)
+            comm.send(x, peer, timeout=60.0)  # (most likely not waited for yet)
+        else:
+            assert_same(comm.recv(out, peer, timeout=60.0), msg(peer, 0), "read from x")
+            if reads:  # (no longer shown)
+                mine = 2 * (eng.shm.me * eng.shm.L + eng.shm.local[to]) + 1
+                assert eng.shm.seg.posted[mine] == 0
+            time.sleep(0.05)
+            assert_same(comm.recv(out, peer, timeout=60.0), msg(peer, 1), "the next one")
+    # every rank sends before it receives: nobody waits in a receive
+    dst, src = (me + 1) % n, (me - 1) % n
+    x[...] = msg(me, 2)
+    comm.send(x, dst, timeout=60.0)
+    x[...] = -1
+    assert_same(comm.recv(out, src, timeout=60.0), msg(src, 2), "sent before received")
+    comm.barrier()
+
+
 def test_a_sender_waiting_for_a_read_names_the_reader(comm, monkeypatch):
     """A large piece left in the sender's buffer keeps the sender in its round until
     the receiver reads it: when the receiver never comes, the timeout says whom the

@@ -489,6 +489,74 @@ def test_a_repeated_sendrecv_and_recv_are_validated_again_when_anything_changed(
 
 
 @pytest.mark.mpi(min_size=2)
+def test_a_send_up_to_a_slot_returns_once_copied_and_repeats_checked(comm, settled,
+                                                                      monkeypatch):
+    """A send of up to a landing slot's bytes inside a shared-memory domain is one
+    compiled round copying its pieces into their slots: it returns before its
+    receiver reads, also past the size from which receivers read pieces from the
+    sender's buffer (every rank sends three such messages before receiving, and
+    changes x in between); a send repeating one on the same array and peer is kept
+    (by weak reference) and still refuses what changed, on every rank before any
+    data moves."""
+    import gc
+    import weakref
+
+    comm.barrier()  # (no agreement: see the test above)
+    n, me = comm.size, comm.rank
+    dst, src = (me + 1) % n, (me - 1) % n
+    words = 30_000  # 117 KiB: read from the sender's buffer were it a sendrecv
+    # (the calls earlier tests kept could crowd this one's out: at most KEPT are)
+    comm._p2p_kept.clear()
+    comm._p2p_seen.clear()
+
+    def msg(r, k):
+        return (np.arange(words, dtype=np.float32) + 1000 * r + k) % 65521
+
+    x, box = np.empty(words, np.float32), np.empty(words, np.float32)
+    for k in range(3):
+        x[...] = msg(me, k)
+        assert comm.send(x, dst, timeout=30.0) is None
+    x[...] = -1
+    for k in range(3):
+        assert_same(comm.recv(box, src), msg(src, k), f"message {k}")
+    for k in range(3, 5):  # (kept again with the default deadline, for the checks below)
+        x[...] = msg(me, k)
+        comm.send(x, dst)
+        assert_same(comm.recv(box, src), msg(src, k), f"message {k}")
+    shm = comm._engine.shm
+    if comm._engine.native and shm.reaches(comm._ranks[dst]) and \
+            x.nbytes <= shm.S:  # (a peer in this domain: compiled, then kept)
+        plan = comm._plans.get(("p2p", dst, x.nbytes, None, -1))
+        assert plan is not None and plan[0].native is not None, "send not compiled"
+        kept = comm._p2p_kept.get((id(x), 0, dst, -1))
+        assert kept is not None and kept.x() is x, "send not kept"
+
+    def refused(match, setting=None, **kw):
+        ledger = settled_bytes(comm)
+        if setting is not None:
+            monkeypatch.setenv(*setting)
+        with pytest.raises(nm.InvalidArgumentError, match=match):
+            comm.send(x, dst, **kw)
+        assert settled_bytes(comm, barrier=False) == ledger, "data moved before the error"
+
+    refused("timeout: expected seconds", timeout=False)
+    refused("NEURON_MPI_TIMEOUT", setting=("NEURON_MPI_TIMEOUT", "soon"))
+    monkeypatch.delenv("NEURON_MPI_TIMEOUT")
+    comm.barrier()
+    x[...] = -1
+    x.flags.writeable = False  # (a read-only x is sent too, from a copy)
+    x.shape = (words // 2, 2)
+    comm.send(x, dst, timeout=30.0)
+    assert_same(comm.recv(np.empty((words // 2, 2), np.float32), src),
+                np.full((words // 2, 2), -1, np.float32), "read-only x")
+    comm.barrier()
+    xref = weakref.ref(x)
+    del x
+    gc.collect()
+    assert xref() is None, "a kept send holds its array"
+
+
+@pytest.mark.mpi(min_size=2)
 def test_a_repeated_sendrecv_on_a_failed_communicator_is_refused(comm):
     sub = _fresh(comm)
     n, me = sub.size, sub.rank

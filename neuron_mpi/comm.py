@@ -1062,8 +1062,10 @@ class Communicator:
             out[...] = staging.view(out.dtype).reshape(out.shape)
 
     def send(self, x, dst, timeout=None) -> None:
-        """Send ``x`` to ``dst``; returns once its bytes have left this rank (copied
-        into the next rank's landing slots, or handed to MPI)."""
+        """Send ``x`` to ``dst``; returns once its bytes have left ``x``: copied into
+        the next rank's landing slots or into a private copy its receiver reads,
+        read by a receiver that already waits for it (more than a slot, one copy),
+        or handed to MPI."""
         if type(dst) is int:
             k = self._p2p_kept.get((id(x), 0, dst, -1))
             if k is not None and self._p2p_again(k, x, dst, None, -1, timeout):

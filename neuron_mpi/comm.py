@@ -1293,8 +1293,8 @@ class Communicator:
         read = False
         if out is None and nsend > eng.shm.S:
             shm, to = eng.shm, self._ranks[dst]
-            if not (shm.reads() and shm.reaches(to)):
-                return False
+            if not (shm.reads() and shm.reaches(to)) or to == eng.rank:
+                return False  # (to itself: no receive can be under way)
             if not shm.receiving(to, self._id, sxid):
                 # give a receiver about to receive (the reply of a ping-pong) as long
                 # to show it as the private copy it spares would take

@@ -98,7 +98,7 @@ class ShmTransport:
         does not keep the caller's buffer: its receiver reads it from a private
         copy, kept until the read is done (two copies, as through a slot). A copy
         that found no free slot waits for the engine's next try of the same piece."""
-        if not self.g[native.G_PULL]:
+        if not self.reads():
             raise ValueError(f"piece of {payload.nbytes} bytes exceeds the slot size "
                              f"{self.S}, and this rank's receivers do not read")
         self._return_lent()

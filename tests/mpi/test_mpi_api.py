@@ -796,8 +796,11 @@ def test_a_large_send_to_a_waiting_receiver_is_read_from_x(comm):
     (ShmTransport.post_receive) leaves its pieces in ``x`` for the receiver to read
     and returns once they are read (one copy, no private copy: x may change as soon
     as it returns); a receiver that is not waiting gets it from a private copy as
-    before, also when every rank sends before it receives. Exact and in order."""
+    before, also when every rank sends before it receives. Exact and in order; a
+    message of another size to a waiting receiver raises there naming out."""
     import time
+
+    import neuron_mpi as nm
 
     n, me = comm.size, comm.rank
     peer = me ^ 1
@@ -824,6 +827,15 @@ def test_a_large_send_to_a_waiting_receiver_is_read_from_x(comm):
             assert (("p2p-read", peer, x.nbytes) in comm._plans) == bool(reads)
             x[...] = msg(me, 1)
             comm.send(x, peer, timeout=60.0)  # (most likely not waited for yet)
+            # a message of another size to a receiver waiting for it: read and
+            # dropped there (the send completes), the next one arrives
+            if reads:
+                sxid = comm._p2p_xid(me, comm._p2p_sent.get(peer, 0))
+                while not eng.shm.receiving(to, comm._id, sxid):
+                    time.sleep(0.001)
+            comm.send(np.ones(count + 1024, np.float32), peer, timeout=60.0)
+            x[...] = msg(me, 3)
+            comm.send(x, peer, timeout=60.0)
         else:
             assert_same(comm.recv(out, peer, timeout=60.0), msg(peer, 0), "read from x")
             if reads:  # (no longer shown)
@@ -831,6 +843,10 @@ def test_a_large_send_to_a_waiting_receiver_is_read_from_x(comm):
                 assert eng.shm.seg.posted[mine] == 0
             time.sleep(0.05)
             assert_same(comm.recv(out, peer, timeout=60.0), msg(peer, 1), "the next one")
+            with pytest.raises(nm.InvalidArgumentError, match=f"out: rank {peer} sent "
+                               f"{(count + 1024) * 4} bytes"):
+                comm.recv(out, peer, timeout=60.0)
+            assert_same(comm.recv(out, peer, timeout=60.0), msg(peer, 3), "after the wrong size")
     # every rank sends before it receives: nobody waits in a receive
     dst, src = (me + 1) % n, (me - 1) % n
     x[...] = msg(me, 2)

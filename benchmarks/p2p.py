@@ -18,7 +18,11 @@ With ``--pattern pingpong`` the ranks pair up (0-1, 2-3, ...): the even rank of 
 pair sends and then receives the message back, the odd one receives and sends it
 back (a receiver that waits for each message, as the stages of a pipeline do):
 ``send+recv`` against ``mpi`` (MPI_Send and MPI_Recv the same way), ms per round
-trip. It needs an even number of ranks.
+trip. It needs an even number of ranks. With ``--pattern chain`` a message goes
+from rank 0 through every rank to the last (each receives from the one before and
+sends to the one after, as a pipeline's forward pass; back to back, the next
+message follows before the last arrived): ``send+recv`` against ``mpi``, ms per
+message.
 """
 from __future__ import annotations
 
@@ -45,23 +49,25 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--each", action="store_true",
                     help="time each call on its own after a barrier (the bench's way)")
-    ap.add_argument("--pattern", choices=("ring", "pingpong"), default="ring",
-                    help="a ring of sends (default) or pairs sending a message back")
+    ap.add_argument("--pattern", choices=("ring", "pingpong", "chain"), default="ring",
+                    help="a ring of sends (default), pairs sending a message back, or a "
+                    "chain from rank 0 to the last")
     args = ap.parse_args(argv)
     world = MPI.COMM_WORLD
     if args.pattern == "pingpong" and world.Get_size() % 2:
-        if world.Get_rank() == 0:
-            print(f"p2p.py: error: --pattern pingpong needs an even number of ranks, "
-                  f"not {world.Get_size()}", file=sys.stderr)
+        # (every rank says it: the first to exit non-zero ends the others)
+        print(f"p2p.py: error: --pattern pingpong needs an even number of ranks, "
+              f"not {world.Get_size()}", file=sys.stderr, flush=True)
         return 2
     comm = nm.init()
     me, n = comm.rank, comm.size
-    pong = args.pattern == "pingpong"
+    pong, chain = args.pattern == "pingpong", args.pattern == "chain"
     nxt, prv = (me ^ 1, me ^ 1) if pong else ((me + 1) % n, (me - 1) % n)
     ring = [[i, (i + 1) % n] for i in range(n)]
     if me == 0:
         how = "each call after a barrier, median" if args.each else "calls back to back"
         what, base = (("pairs sending back", "MPI_Send + MPI_Recv's") if pong else
+                      ("a chain", "MPI_Send + MPI_Recv's") if chain else
                       ("a ring", "MPI_Sendrecv's"))
         print(f"# {what} of {n} ranks on {comm.topology.instance} ({how}): ms per call "
               f"(slowest rank), CPU ms per call and rank, ratio = ms / {base} ms")
@@ -70,16 +76,30 @@ def main(argv=None) -> int:
     for size in args.bytes:
         nbytes = parse_size(size)
         x = (np.arange(nbytes // 4, dtype=np.float32) + 1000 * me) % 65521
-        # (a ping-pong's even rank gets its own message back)
+        # (a ping-pong's even rank gets its own message back; a chain's ranks get
+        # rank 0's, which receives nothing)
         want = (np.arange(nbytes // 4, dtype=np.float32) +
-                1000 * (me if pong and me % 2 == 0 else prv)) % 65521
+                1000 * (me if pong and me % 2 == 0 else 0 if chain else prv)) % 65521
+        if chain and me == 0:
+            want[:] = -1
         out = np.empty_like(x)
 
         def send_recv():
             comm.send(x, nxt)
             comm.recv(out, prv)
 
-        if pong:
+        if chain:
+            def link(send, recv):
+                def call():
+                    if me > 0:
+                        recv(out, me - 1)
+                    if me < n - 1:
+                        send(out if me > 0 else x, me + 1)
+                return call
+
+            methods = {"mpi": link(world.Send, world.Recv),
+                       "send+recv": link(comm.send, comm.recv)}
+        elif pong:
             first = me % 2 == 0
             methods = {
                 "mpi": (lambda: (world.Send(x, nxt), world.Recv(out, prv))) if first else

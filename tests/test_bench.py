@@ -356,6 +356,12 @@ def test_p2p_benchmark_runs_every_method_exactly():
     assert [(r[0], r[1]) for r in rows] == [
         (b, m) for b in ("4096", "614400") for m in ("mpi", "send+recv")]
     assert all(r[-1] == "yes" for r in rows)
+    chain = _launch(["--bytes", "600KB", "--iters", "3", "--pattern", "chain"],
+                    program=[sys.executable, str(ROOT / "benchmarks" / "p2p.py")])
+    assert chain.returncode == 0, chain.stdout + chain.stderr
+    assert "a chain of 8 ranks" in chain.stdout
+    rows = [ln.split() for ln in chain.stdout.splitlines() if ln.startswith("  ")]
+    assert [r[1] for r in rows] == ["mpi", "send+recv"] and all(r[-1] == "yes" for r in rows)
     odd = _launch(["--pattern", "pingpong"], ranks=3,
                   program=[sys.executable, str(ROOT / "benchmarks" / "p2p.py")])
     assert odd.returncode == 2 and "needs an even number of ranks, not 3" in odd.stderr

@@ -219,6 +219,35 @@ def test_private_copies_read_by_their_receivers_are_reused_within_a_bound(pair, 
     assert [x.size for x in a._spare] == [400]
 
 
+def test_a_large_receive_is_shown_to_its_sender_while_it_waits(pair):
+    """post_receive shows (communicator, transfer) from one sender: that sender's
+    ``receiving`` is true for that pair alone, until unpost_receive; a sender
+    waiting for it (await_receive, asleep on its doorbell) wakes when it is
+    posted, and gives up at its end time when it is not."""
+    import threading
+
+    from neuron_mpi.engine import Bell
+
+    seg, a, b = pair  # a: world rank 0, b: world rank 1
+    bell = Bell(*a.bell())
+    assert not a.receiving(1, 7, 3)
+    b.post_receive(0, 7, 3)
+    assert a.receiving(1, 7, 3)
+    assert not a.receiving(1, 7, 4) and not a.receiving(1, 8, 3)
+    assert not b.receiving(0, 7, 3)  # (the other way round: nothing shown)
+    b.unpost_receive(0)
+    assert not a.receiving(1, 7, 3)
+    t0 = time.monotonic()
+    assert not a.await_receive(1, 7, 5, bell, time.monotonic() + 0.05)
+    assert time.monotonic() - t0 >= 0.04
+    later = threading.Timer(0.05, lambda: b.post_receive(0, 7, 5))
+    later.start()
+    t0 = time.monotonic()
+    assert a.await_receive(1, 7, 5, bell, time.monotonic() + 10)
+    assert time.monotonic() - t0 < 5  # (woken by the post's ring, not the end time)
+    later.join()
+
+
 def test_copied_transfers_are_cut_at_the_read_piece_size():
     """Plan cuts a copied transfer at ``cut(src, dst)`` bytes and a reduced one at
     the piece size; both ends of a transfer cut it alike."""

@@ -856,6 +856,29 @@ def test_a_large_send_to_a_waiting_receiver_is_read_from_x(comm):
     comm.barrier()
 
 
+def test_a_receive_that_timed_out_is_no_longer_shown_to_its_sender(comm):
+    """A large recv that times out clears what it showed its sender: the send that
+    comes later goes from a private copy and returns, instead of waiting for a
+    read that will never come."""
+    import time
+
+    import neuron_mpi as nm
+
+    sub = comm.split([list(range(comm.size))])
+    if sub.size < 2:
+        return
+    big = np.ones(100_000, np.float32)  # more than a slot
+    if sub.rank == 1:
+        with pytest.raises(nm.CollectiveTimeoutError):
+            sub.recv(np.empty_like(big), 0, timeout=0.3)
+    sub._engine.comm.Barrier()  # (MPI's own: the sub-communicator of rank 1 failed)
+    if sub.rank == 0:
+        t0 = time.monotonic()
+        sub.send(big, 1, timeout=20.0)
+        assert time.monotonic() - t0 < 10, "the send waited for the timed-out receive"
+    comm.barrier()
+
+
 def test_a_sender_waiting_for_a_read_names_the_reader(comm, monkeypatch):
     """A large piece left in the sender's buffer keeps the sender in its round until
     the receiver reads it: when the receiver never comes, the timeout says whom the

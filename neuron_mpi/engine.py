@@ -162,6 +162,7 @@ class Engine:
         self.domains = domains
         self.inbox: dict[tuple, Arrival] = {}
         self._dead: set[int] = set()  # failed communicators (forget())
+        self._dead_ids = np.zeros(0, np.int64)  # the same, sorted (ShmTransport.drop)
         self.outq: list[Pending] = []
         self.active: list = []  # executions in flight
         self.lock = threading.Lock()
@@ -287,7 +288,7 @@ class Engine:
             self.active = still
         if self.shm is not None:
             stuck: list[Arrival] = []
-            self.shm.unblock(stuck)
+            self.shm.unblock(stuck, self._dead_ids)
             if stuck:
                 did = True
                 self._file(stuck)
@@ -343,12 +344,17 @@ class Engine:
 
     def forget(self, comm_id: int) -> None:
         """A communicator failed on this rank (it is never used again): drop the
-        pieces for it that wait in the inbox, and those filed later, so that they
-        neither stay for ever nor keep blocking calls off their compiled run."""
+        pieces for it that wait in the inbox or in this rank's slots, those filed
+        later, and those landing later once their channel fills (ShmTransport.unblock),
+        so that they neither stay for ever nor keep blocking calls off their compiled
+        run."""
         with self.held():
             self._dead.add(comm_id)
+            self._dead_ids = np.array(sorted(self._dead), np.int64)
             for key in [k for k in self.inbox if k[0] == comm_id]:
                 self.inbox.pop(key).release()
+            if self.shm is not None:  # and those in this rank's slots (later ones: unblock)
+                self.shm.drop(self._dead_ids)
 
     def has(self, key) -> bool:
         if key in self.inbox:

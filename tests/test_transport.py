@@ -124,6 +124,41 @@ def test_unblock_copies_aside_pieces_nobody_takes(pair):
     assert a.post(1, head((1, 9, 0, 2), 8), np.zeros(8, np.uint8))  # room again
 
 
+def test_pieces_for_failed_communicators_are_freed_not_copied_aside(pair):
+    """drop frees the receiver's slots holding pieces of the communicators given
+    (also one left in its sender's buffer, which sees it read), leaving other
+    communicators' pieces and pieces passing through; unblock frees them before
+    it looks for full channels, so a channel that was full only because of them
+    copies nothing aside."""
+    _, a, b = pair
+    a.enable_reads(1)
+    x = np.arange(200, dtype=np.uint8)
+    assert a.post(1, head((5, 1, 0, 0), 8), np.ones(8, np.uint8))  # failed comm 5
+    assert a.post(1, head((6, 1, 0, 0), 8), np.ones(8, np.uint8))  # live comm 6
+    assert b.drop(np.array([3, 5], np.int64)) == 1
+    assert b.take((5, 1, 0, 0)) is None
+    got = b.take((6, 1, 0, 0))
+    assert got is not None
+    got.release()
+    assert a.post(1, head((5, 2, 0, 0), 200), x)  # left for reading (a private copy)
+    assert a.post(1, head((6, 2, 0, 0), 8), np.ones(8, np.uint8))
+    assert not a.post(1, head((6, 2, 0, 1), 8), np.ones(8, np.uint8))  # full: 2 slots
+    aside: list = []
+    b.unblock(aside, np.array([5], np.int64))
+    assert aside == []  # the failed one freed: nothing copied aside
+    assert b.take((5, 2, 0, 0)) is None
+    a.unblock([])
+    assert not a._lent  # its sender counts it read
+    assert a.post(1, head((6, 2, 0, 1), 8), np.ones(8, np.uint8))  # room again
+    for p in range(2):
+        b.take((6, 2, 0, p)).release()
+    assert a.post(1, head((5, 3, 0, 0), 8, dst=7), np.ones(8, np.uint8))  # passing through
+    assert b.drop(np.array([5], np.int64)) == 0
+    out: list = []
+    b.collect(out)
+    assert [x.key for x in out] == [(5, 3, 0, 0)]
+
+
 def test_a_piece_copied_aside_whose_read_fails_is_filed_with_its_error(pair):
     """unblock (the agent's copy-aside) does not raise when the read of a piece
     left in its sender's buffer fails: the slot is freed (the sender has room), the

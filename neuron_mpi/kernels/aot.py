@@ -57,6 +57,7 @@ EXPORTS = {
     "find": ("plane", "find", _sig("int64", _U8, _I64, "int64", "int64", "int64", "int64")),
     "passing": ("plane", "passing", _sig("int64", _U8, _I64, _I64)),
     "stuck": ("plane", "stuck", _sig("int64", _U8, _I64, _I64)),
+    "drop": ("plane", "drop", _sig("int64", _U8, _I64, _I64)),
     "any_want": ("plane", "any_want", _sig("boolean", _U8, _I64)),
     "exec_pass": ("plane", "exec_pass", _sig("Tuple((int64, boolean))", *_RUN)),
     "take_back": ("plane", "take_back", _sig("int64", _U8, _I64, _M, _M, _I64, _U8, _M)),

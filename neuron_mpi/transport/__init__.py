@@ -10,8 +10,9 @@ interface, as NCCL's ``ncclTransport`` or ASTRA-sim's network API:
     take(key) -> Arrival | None    the piece with this key, if it waits in the transport
     collect(out)                   append the Arrivals the engine must file itself
                                    (MPI arrivals; pieces passing through this rank)
-    unblock(out)                   backpressure: copy aside pieces that keep a waiting
-                                   sender out, appending them to ``out``
+    unblock(out, dead)             backpressure: copy aside pieces that keep a waiting
+                                   sender out, appending them to ``out``; pieces of
+                                   the failed communicators ``dead`` are freed instead
     pending() -> bool              pieces of ours still in flight inside the transport
     flush(deadline)                wait until they are out (at exit)
     close()

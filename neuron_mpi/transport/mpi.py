@@ -78,7 +78,7 @@ class MpiTransport:
     def release(self, slot, src=-1) -> None:
         pass
 
-    def unblock(self, out: list) -> None:
+    def unblock(self, out: list, dead=None) -> None:
         pass
 
     def pending(self) -> bool:

@@ -70,8 +70,8 @@ def read_failed(nbytes: int, origin: int, err: int, xid: int, piece: int) -> str
 
 #: the functions of the data plane that Python calls (kernels.aot exports them)
 FUNCTIONS = ("read_remote", "ring", "ring_piece", "ring_many", "post", "post_read", "release",
-             "read_slot", "find", "passing", "stuck", "any_want", "exec_pass", "take_back",
-             "exec_run", "reduce_bytes", "divide_bytes")
+             "read_slot", "find", "passing", "stuck", "drop", "any_want", "exec_pass",
+             "take_back", "exec_run", "reduce_bytes", "divide_bytes")
 
 
 def _bind():
@@ -108,6 +108,7 @@ def warm(impl=None) -> int:
     out = np.zeros(4, np.int64)
     f.passing(seg, g, out)
     f.stuck(seg, g, out)
+    f.drop(seg, g, np.zeros(1, np.int64))
     f.any_want(seg, g)
     f.ring_many(seg, g, np.zeros(1, np.int64))
     f.release(seg, geometry(lay, 1, 1), 2 * 2 + 0)
@@ -130,7 +131,7 @@ def warm(impl=None) -> int:
     f.take_back(seg, g, steps, args[4], xs, args[12], args[-1])
     f.read_slot(seg, g, 0, b, 0, 0)
     f.read_remote(0, b, 0, 0, 0)  # engine._can_read_each_other's probe
-    return 12 + warm_reductions(f)
+    return 13 + warm_reductions(f)
 
 
 def warm_reductions(impl=None) -> int:

@@ -387,6 +387,34 @@ def passing(seg, g, out):
 
 
 @njit(**PLANE_OPTIONS)
+def drop(seg, g, dead):
+    """Free this rank's incoming slots holding pieces for it of the communicators in
+    ``dead`` (ids, sorted): failed here, never to be taken. A piece left in its
+    sender's memory is claimed first (as a read) so its sender sees it done; one
+    its sender took back is left alone. Returns how many were freed."""
+    L, K, me = g[G_L], g[G_K], g[G_ME]
+    state = _state(seg, g)
+    hdr = _hdr(seg, g)
+    base = me * L * K
+    n = 0
+    for j in range(L * K):
+        slot = base + j
+        if _load(state, slot) <= 0:  # free, or a read under way
+            continue
+        h = slot * HDR_WORDS
+        if hdr[h + 7] != g[G_MEW]:
+            continue
+        i = np.searchsorted(dead, hdr[h])
+        if i >= dead.size or dead[i] != hdr[h]:
+            continue
+        if hdr[h + H_ADDR] != 0 and not _start_read(state, slot):
+            continue
+        release(seg, g, slot)
+        n += 1
+    return n
+
+
+@njit(**PLANE_OPTIONS)
 def stuck(seg, g, out):
     """Slots of channels whose sender waits for room while all K slots are full:
     the caller copies them aside. Returns how many were written to ``out``."""

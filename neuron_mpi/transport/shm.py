@@ -250,13 +250,24 @@ class ShmTransport:
         """Some sender waits for a slot to this rank."""
         return bool(native.any_want(self.seg8, self.g))
 
-    def unblock(self, out: list) -> None:
+    def unblock(self, out: list, dead: np.ndarray | None = None) -> None:
         """Copy aside the pieces of every channel whose sender waits while all its
-        slots are full; they go to ``out`` (the engine's inbox). Also drops the
-        private copies of pieces sent from Python that have been read."""
+        slots are full; they go to ``out`` (the engine's inbox). Pieces there for
+        the failed communicators ``dead`` (sorted ids) are freed first (``drop``),
+        which may leave nothing to copy. Also drops the private copies of pieces
+        sent from Python that have been read."""
         if self._lent:
             self._return_lent()
+        if dead is not None and dead.size and native.any_want(self.seg8, self.g):
+            native.drop(self.seg8, self.g, dead)
         self._aside(native.stuck(self.seg8, self.g, self._scratch), out)
+
+    def drop(self, dead: np.ndarray) -> int:
+        """Free the slots holding pieces for this rank of the failed communicators
+        ``dead`` (sorted ids): nobody will take them, and each held one of the K
+        slots of its channel until the channel was found stuck, when every piece
+        in it, of live calls too, was copied aside. Returns how many."""
+        return int(native.drop(self.seg8, self.g, dead))
 
     def pending(self) -> bool:
         return False  # a posted piece is in the receiver's slot already

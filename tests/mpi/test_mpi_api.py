@@ -886,6 +886,41 @@ def test_a_receive_that_timed_out_is_no_longer_shown_to_its_sender(comm):
     comm.barrier()
 
 
+def test_a_message_to_a_failed_communicator_does_not_hold_a_slot(comm):
+    """A message sent to a rank where its communicator has failed is never taken
+    there. In a landing slot it is freed, not kept until its channel fills (when
+    every piece in the channel, of live calls too, would be copied aside): here a
+    later run of sends that fills the channel finds room without any piece copied
+    aside, and the messages arrive."""
+    import neuron_mpi as nm
+
+    sub = comm.split([list(range(comm.size))])
+    if sub.size < 2:
+        return
+    eng = comm._engine
+    slots = eng.native and eng.shm.reaches(comm._ranks[0]) and eng.shm.reaches(comm._ranks[1])
+    k = eng.shm.K if slots else 8
+    small = np.arange(16, dtype=np.float32)
+    if comm.rank == 1:
+        with pytest.raises(nm.CollectiveTimeoutError):
+            sub.recv(np.empty_like(small), 0, timeout=0.5)
+    eng.comm.Barrier()  # (MPI's own: the sub-communicator of rank 1 failed)
+    if comm.rank == 0:
+        sub.send(small, 1)  # lands on rank 1 after its communicator failed
+        for i in range(k):  # then as many as the channel has slots, head to head
+            comm.send(small + i, 1)
+    eng.comm.Barrier()
+    if comm.rank == 1:
+        if slots:
+            with eng.held():
+                aside = [key for key in eng.inbox if key[0] == comm._id]
+            assert aside == [], f"pieces copied aside: {aside}"
+        for i in range(k):
+            got = comm.recv(np.empty_like(small), 0)
+            assert np.array_equal(got, small + i), (i, got)
+    comm.barrier()
+
+
 def test_a_sender_waiting_for_a_read_names_the_reader(comm, monkeypatch):
     """A large piece left in the sender's buffer keeps the sender in its round until
     the receiver reads it: when the receiver never comes, the timeout says whom the

@@ -18,6 +18,14 @@ consecutive groups of equal size (TP groups; on two nodes ``--groups 2`` gives o
 per node, each inside its node's shared-memory domain with NEURON_MPI_SHM=node) and
 calls on each rank's group, against MPI's call on the same groups. Every result is
 checked once after the loop.
+
+``--async-ms T`` adds where an async call's CPU goes: a loop of ``async_op=True``
+calls, each followed by T ms of sleep (compute on the NeuronCores: the host thread
+idle) and ``wait()``, against the same loop with the blocking call. It prints the
+CPU per call and rank of each loop and splits the async one between the calling
+thread (the call that starts it, and ``wait()``) and the rank's agent thread (the
+CC core, read from /proc), the rest being the process's other threads and the
+sleep's own system calls.
 """
 from __future__ import annotations
 
@@ -40,31 +48,36 @@ def cpu() -> float:
 
 
 def calls(op, comm, world, nbytes):
-    """(neuron_mpi call, MPI call, check) on buffers of ``nbytes`` per rank."""
+    """(neuron_mpi call, MPI call, check, async start or None) on buffers of
+    ``nbytes`` per rank; the async start makes the same call with ``async_op=True``
+    on the same arrays and returns its handle."""
     n, me = comm.size, comm.rank
     count = max(1, nbytes // 4)
     if op == "barrier":  # (no bytes: --bytes is ignored)
-        return comm.barrier, world.Barrier, lambda: True
+        return comm.barrier, world.Barrier, lambda: True, None
     if op == "all_reduce":
         x = np.full(count, me + 1, np.float32)
         out, ref = np.empty_like(x), np.empty_like(x)
-        return (lambda: comm.all_reduce(x, out=out), lambda: world.Allreduce(x, ref),
-                lambda: np.array_equal(out, np.full(count, n * (n + 1) / 2, np.float32)))
-    if op == "all_gather":
+        mpi, want = (lambda: world.Allreduce(x, ref)), np.full(count, n * (n + 1) / 2, np.float32)
+    elif op == "all_gather":
         x = np.full(count, me, np.float32)
         out, ref = np.empty(count * n, np.float32), np.empty(count * n, np.float32)
-        return (lambda: comm.all_gather(x, out=out), lambda: world.Allgather(x, ref),
-                lambda: np.array_equal(out, np.repeat(np.arange(n, dtype=np.float32), count)))
-    per = max(1, count // n)
-    x = np.full(per * n, me + 1, np.float32)
-    if op == "reduce_scatter":
-        out, ref = np.empty(per, np.float32), np.empty(per, np.float32)
-        return (lambda: comm.reduce_scatter(x, out=out),
-                lambda: world.Reduce_scatter_block(x, ref),
-                lambda: np.array_equal(out, np.full(per, n * (n + 1) / 2, np.float32)))
-    out, ref = np.empty_like(x), np.empty_like(x)
-    return (lambda: comm.all_to_all(x, out=out), lambda: world.Alltoall(x, ref),
-            lambda: np.array_equal(out, np.repeat(np.arange(1, n + 1, dtype=np.float32), per)))
+        mpi, want = (lambda: world.Allgather(x, ref)), np.repeat(np.arange(n, dtype=np.float32),
+                                                                 count)
+    else:
+        per = max(1, count // n)
+        x = np.full(per * n, me + 1, np.float32)
+        if op == "reduce_scatter":
+            out, ref = np.empty(per, np.float32), np.empty(per, np.float32)
+            mpi, want = (lambda: world.Reduce_scatter_block(x, ref)), \
+                np.full(per, n * (n + 1) / 2, np.float32)
+        else:
+            out, ref = np.empty_like(x), np.empty_like(x)
+            mpi, want = (lambda: world.Alltoall(x, ref)), \
+                np.repeat(np.arange(1, n + 1, dtype=np.float32), per)
+    f = getattr(comm, op)
+    return (lambda: f(x, out=out), mpi, lambda: np.array_equal(out, want),
+            lambda: f(x, out=out, async_op=True))
 
 
 def timed_loop(fn, k: int, world) -> tuple[float, float]:
@@ -78,6 +91,38 @@ def timed_loop(fn, k: int, world) -> tuple[float, float]:
     return dt / k * 1e6, dc / k * 1e6
 
 
+def async_loops(start, block, k: int, pause: float, agent, world) -> dict:
+    """The async loop (``start()`` returns a handle; ``pause`` s of sleep; wait) and
+    the blocking one with the same sleep, each over ``k`` calls: µs per call of
+    wall (rank 0's clock) and of CPU on this rank (all threads), the async one split
+    between the calling thread's start and wait and thread ``agent`` (the agent's
+    CPU clock)."""
+    clock = time.pthread_getcpuclockid(agent.ident)
+    out = {}
+    world.Barrier()
+    t, c = time.perf_counter(), time.process_time()
+    for _ in range(k):
+        block()
+        time.sleep(pause)
+    out["block_wall"], out["block_cpu"] = time.perf_counter() - t, time.process_time() - c
+    world.Barrier()
+    on_start = on_wait = 0.0
+    t, c, a = time.perf_counter(), time.process_time(), time.clock_gettime(clock)
+    for _ in range(k):
+        m = time.thread_time()
+        h = start()
+        on_start += time.thread_time() - m
+        time.sleep(pause)
+        m = time.thread_time()
+        h.wait()
+        on_wait += time.thread_time() - m
+    out["async_wall"], out["async_cpu"] = time.perf_counter() - t, time.process_time() - c
+    out["agent"] = time.clock_gettime(clock) - a
+    out["start"], out["wait"] = on_start, on_wait
+    world.Barrier()
+    return {key: v / k * 1e6 for key, v in out.items()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--op", choices=OPS, default="all_reduce")
@@ -87,16 +132,22 @@ def main(argv=None) -> int:
                     help="also time the compiled run (wraps transport.native.exec_run)")
     ap.add_argument("--groups", type=int, default=1,
                     help="call on G consecutive groups of equal size (default 1: all ranks)")
+    ap.add_argument("--async-ms", type=float, default=None, metavar="T",
+                    help="also time async calls with T ms of sleep before wait(), and "
+                         "split their CPU between the calling thread and the agent")
     a = ap.parse_args(argv)
     world = MPI.COMM_WORLD
     if a.groups < 1 or world.size % a.groups:
         ap.error(f"--groups: expected a divisor of the {world.size} ranks, got {a.groups}")
+    if a.async_ms is not None and (a.op == "barrier" or not a.async_ms >= 0):
+        ap.error("--async-ms: expected a number of ms >= 0 with a collective that has "
+                 f"an async form (not barrier), got {a.async_ms:g} with --op {a.op}")
     comm = nm.init()
     per = world.size // a.groups
     if a.groups > 1:
         comm = comm.split([list(range(g * per, (g + 1) * per)) for g in range(a.groups)])
     group = world if a.groups == 1 else world.Split(world.rank // per, world.rank)
-    ours, theirs, check = calls(a.op, comm, group, parse_size(a.bytes))
+    ours, theirs, check, start = calls(a.op, comm, group, parse_size(a.bytes))
     inside = [0.0]
     if a.split:
         from neuron_mpi.transport import native
@@ -120,6 +171,14 @@ def main(argv=None) -> int:
     mpi_wall, mpi_c = timed_loop(theirs, a.calls, world)
     ok = world.allreduce(int(check()), MPI.MIN)
     per_rank = world.gather((c, mpi_c))
+    split_async = None
+    if a.async_ms is not None:
+        for _ in range(10):
+            start().wait()
+        res = async_loops(start, ours, a.calls, a.async_ms / 1e3, comm._engine.agent,
+                          world)
+        ok = world.allreduce(int(check()), MPI.MIN) and ok
+        split_async = (res, world.gather(res))
     if world.rank == 0:
         cs = np.array(per_rank).mean(axis=0)
         # (rank 0's time inside, as the wall is rank 0's: the mean over the ranks
@@ -133,6 +192,14 @@ def main(argv=None) -> int:
         print(f"neuron_mpi: {wall:9.1f} us per call, CPU {cs[0]:.1f} us per call and rank{split}")
         print(f"MPI       : {mpi_wall:9.1f} us per call, CPU {cs[1]:.1f} us per call and rank")
         print(f"ratio     : {wall / mpi_wall:.2f}   results exact: {'yes' if ok else 'NO'}")
+        if split_async is not None:
+            mine, every = split_async
+            m = {key: float(np.mean([r[key] for r in every])) for key in mine}
+            print(f"# with {a.async_ms:g} ms of sleep after each call (before wait() when "
+                  "async); CPU per call and rank, mean over ranks")
+            print(f"blocking  : {mine['block_wall']:9.1f} us per call, CPU {m['block_cpu']:.1f}")
+            print(f"async     : {mine['async_wall']:9.1f} us per call, CPU {m['async_cpu']:.1f}: "
+                  f"start {m['start']:.1f}, wait {m['wait']:.1f}, agent {m['agent']:.1f}")
     return 0 if ok else 1
 
 

@@ -445,6 +445,32 @@ def test_call_cost_benchmark_checks_and_reports(op):
         in res.stdout
 
 
+@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter"])
+def test_call_cost_benchmark_splits_an_async_calls_cpu(op):
+    """benchmarks/call_cost.py --async-ms on 8 ranks: the blocking and async loops
+    with a sleep before wait(), the async CPU split between the caller's start and
+    wait and the agent, which did work (it runs the call while the caller sleeps);
+    the parts within the process's CPU; results exact (the async ones checked too).
+    --async-ms with barrier (no async form) or below 0 is refused naming it."""
+    prog = [sys.executable, str(ROOT / "benchmarks" / "call_cost.py")]
+    res = _launch(["--op", op, "--calls", "30", "--async-ms", "2"], program=prog)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "# with 2 ms of sleep after each call" in res.stdout, res.stdout
+    block = re.search(r"blocking\s*:\s*([\d.]+) us per call, CPU ([\d.]+)", res.stdout)
+    got = re.search(r"async\s*:\s*([\d.]+) us per call, CPU ([\d.]+): start ([\d.]+), "
+                    r"wait ([\d.]+), agent ([\d.]+)", res.stdout)
+    assert block and got, res.stdout
+    assert float(block.group(1)) >= 2000 and float(got.group(1)) >= 2000  # (the sleep)
+    total, start, wait, agent = map(float, got.groups()[1:])
+    assert start > 0 and agent > 0 and wait >= 0
+    assert start + wait + agent <= total * 1.02 + 1, res.stdout
+    assert "results exact: yes" in res.stdout
+    for bad in (["--op", "barrier", "--async-ms", "1"], ["--async-ms", "-1"]):
+        out = _launch(bad, program=prog, timeout=120)
+        assert out.returncode != 0 and "--async-ms: expected a number of ms >= 0" in \
+            out.stderr, out.stderr
+
+
 def test_call_cost_benchmark_on_groups():
     """benchmarks/call_cost.py --groups 2 on 8 ranks: each rank calls on its half
     (neuron_mpi and MPI alike), every result exact; a count that does not divide

@@ -350,15 +350,18 @@ def read_slot_reduce(seg, g, slot, code, dst, off, base, boff, n):
     return err
 
 
+@njit(inline="always", **PLANE_OPTIONS)
+def _incoming(seg, g):
+    """This rank's incoming slots: (state, hdr, the first slot, how many)."""
+    L, K, me = g[G_L], g[G_K], g[G_ME]
+    return _state(seg, g), _hdr(seg, g), me * L * K, L * K
+
+
 @njit(**PLANE_OPTIONS)
 def find(seg, g, comm, seq, xid, piece):
     """The incoming slot holding piece (comm, seq, xid, piece) for this rank, or -1."""
-    L, K, me = g[G_L], g[G_K], g[G_ME]
-    state = _state(seg, g)
-    hdr = _hdr(seg, g)
-    base = me * L * K
-    for j in range(L * K):
-        slot = base + j
+    state, hdr, base, m = _incoming(seg, g)
+    for slot in range(base, base + m):
         if state[slot] == 0:
             continue
         h = slot * HDR_WORDS
@@ -373,13 +376,9 @@ def find(seg, g, comm, seq, xid, piece):
 def passing(seg, g, out):
     """Incoming slots holding pieces addressed to another rank (to forward), into
     ``out``; returns how many."""
-    L, K, me = g[G_L], g[G_K], g[G_ME]
-    state = _state(seg, g)
-    hdr = _hdr(seg, g)
-    base = me * L * K
+    state, hdr, base, m = _incoming(seg, g)
     n = 0
-    for j in range(L * K):
-        slot = base + j
+    for slot in range(base, base + m):
         if state[slot] != 0 and hdr[slot * HDR_WORDS + 7] != g[G_MEW] and n < out.size:
             out[n] = slot
             n += 1
@@ -392,13 +391,9 @@ def drop(seg, g, dead):
     ``dead`` (ids, sorted): failed here, never to be taken. A piece left in its
     sender's memory is claimed first (as a read) so its sender sees it done; one
     its sender took back is left alone. Returns how many were freed."""
-    L, K, me = g[G_L], g[G_K], g[G_ME]
-    state = _state(seg, g)
-    hdr = _hdr(seg, g)
-    base = me * L * K
+    state, hdr, base, m = _incoming(seg, g)
     n = 0
-    for j in range(L * K):
-        slot = base + j
+    for slot in range(base, base + m):
         if _load(state, slot) <= 0:  # free, or a read under way
             continue
         h = slot * HDR_WORDS

@@ -24,7 +24,7 @@ calls, each followed by T ms of sleep (compute on the NeuronCores: the host thre
 idle) and ``wait()``, against the same loop with the blocking call. It prints the
 CPU per call and rank of each loop and splits the async one between the calling
 thread (the call that starts it, and ``wait()``) and the rank's agent thread (the
-CC core, read from /proc), the rest being the process's other threads and the
+CC core, by its thread CPU clock), the rest being the process's other threads and the
 sleep's own system calls.
 """
 from __future__ import annotations

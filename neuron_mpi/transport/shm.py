@@ -264,9 +264,9 @@ class ShmTransport:
 
     def drop(self, dead: np.ndarray) -> int:
         """Free the slots holding pieces for this rank of the failed communicators
-        ``dead`` (sorted ids): nobody will take them, and each held one of the K
-        slots of its channel until the channel was found stuck, when every piece
-        in it, of live calls too, was copied aside. Returns how many."""
+        ``dead`` (sorted ids): nobody will take them, and each would hold one of
+        the K slots of its channel until the channel filled, when ``unblock``
+        would copy every piece in it aside, live calls' too. Returns how many."""
         return int(native.drop(self.seg8, self.g, dead))
 
     def pending(self) -> bool:

@@ -14,7 +14,8 @@
 * tests/fault_programs/nopickle.py: pickle made to raise; everything still works.
 * tests/fault_programs/first_call.py: a job with an empty numba cache under
   ``neuron-mpirun --no-warm`` and NEURON_MPI_TIMEOUT=5: the compile happens in init,
-  and the first all_reduce does not time out.
+  and the first all_reduce does not time out; the code compiled there holds no call
+  into numba's runtime.
 * tests/fault_programs/cc_core.py: progress without the rank's own thread (async
   completion during a sleep; a group routed through sleeping ranks), on shared
   memory and over MPI; the dying-rank jobs also check /dev/shm is left clean.
@@ -485,6 +486,21 @@ def test_cold_cache_compile_is_not_inside_the_first_call():
     ok = re.findall(r"first_call OK rank (\d+) ([\d.]+)", launch.out)
     assert sorted(int(r) for r, _ in ok) == [0, 1, 2, 3], launch.tail()
     assert any((TMP / "cold_numba_cache").iterdir()), "the job did not use the empty cache"
+
+
+def test_the_compiled_data_plane_counts_no_references():
+    """The data plane is compiled without numba's runtime (plane.PLANE_OPTIONS): with
+    it, every array it was handed, sliced or viewed was reference-counted with atomic
+    instructions, most of the compiled run's CPU at 8 ranks. In the cold-cache job
+    (above) the domain's first rank compiled it afresh (code loaded from the cache
+    cannot be inspected): exec_run's module and those of its entry points hold no
+    NRT call, and the scratch arrays it makes (_stack_i64) are on the stack."""
+    launch = job("first_call-cold-cache")
+    assert launch.rc == 0, launch.tail()
+    rows = [line.split()[2:] for line in launch.out.splitlines()
+            if line.startswith("first_call IR ")]
+    assert [r[0] for r in rows] == ["exec_run", "exec_pass", "read_slot", "post"], launch.tail()
+    assert all(r[1:3] == ["0", "0"] and int(r[3]) >= 1 for r in rows), launch.out
 
 
 # --- no pickle, soak ---------------------------------------------------------------------------

@@ -858,31 +858,6 @@ def test_the_last_arrival_wakes_a_python_sleeper_on_the_board(last):
     assert got == [True] and counter[1] == 0
 
 
-def test_the_compiled_data_plane_counts_no_references(tmp_path):
-    """The data plane is compiled without numba's runtime (PLANE_OPTIONS): with it,
-    every array it was handed, sliced or viewed was reference-counted with atomic
-    instructions, most of the compiled run's CPU at 8 ranks. Compiled afresh in a
-    child process (code loaded from the cache cannot be inspected), exec_run's
-    module and those of its entry points hold no NRT call, and the scratch arrays
-    it makes (_stack_i64) are on the stack."""
-    import subprocess
-    import sys
-
-    code = (
-        "from neuron_mpi.transport import native, plane\n"
-        "native.warm(plane)\n"
-        "for f in (plane.exec_run, plane.exec_pass, plane.read_slot, plane.post):\n"
-        "    (ir,) = f.inspect_llvm().values()\n"
-        "    print(f.__name__, ir.count('@NRT_'), ir.count('@NRT_incref'))\n")
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
-    rows = [line.split() for line in out.stdout.splitlines()]
-    assert [r[0] for r in rows] == ["exec_run", "exec_pass", "read_slot", "post"]
-    assert all(r[1:] == ["0", "0"] for r in rows), out.stdout
-
-
 def test_a_damaged_build_ahead_of_time_falls_back_to_numba(tmp_path):
     """kernels.aot.load() returns None for a file it cannot load (and the data plane
     is then numba's), and NEURON_MPI_AOT=0 never loads one."""

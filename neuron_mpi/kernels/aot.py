@@ -4,9 +4,10 @@ one extension module, which ranks load instead of numba: no numba import, no
 compiler in memory (about 0.3 CPU s and 50 MiB per rank at launch, measured in
 docs/benchmarks.md).
 
-``build()`` makes it (``kernels.warm()`` calls it; neuron-mpirun warms before every
-launch) in the numba cache's ``aot`` folder, named by a digest of the sources it is
-made from, so a changed source is never served by an old build. ``load()`` returns
+``build()`` makes it (``kernels.warm()`` runs it in a child beside its own
+compiles, ``build_aside()``; neuron-mpirun warms before every launch) in the numba
+cache's ``aot`` folder, named by a digest of the sources it is made from, so a
+changed source is never served by an old build. ``load()`` returns
 it, or None: none built for this source, NEURON_MPI_AOT=0, or a build that could
 not be made (no C compiler, no numba.pycc, not x86-64); the callers then compile
 with numba as before. The build is generic x86-64 code, as numba.pycc makes it;
@@ -106,6 +107,32 @@ def load():
                 mod = None
         _LOADED.append(mod)
     return _LOADED[0]
+
+
+def build_aside():
+    """Start ``build()`` in a child process, to run beside the numba compiles of
+    ``kernels.warm()`` on another core (each is single-threaded: on 2 cores this
+    takes the build's half minute off a cold warm-up); the child's Popen, or None
+    when there is nothing to build here or this process has started MPI (no fork
+    after MPI_Init). The caller waits for it and then calls ``build()``, which
+    finds the module built (or, had the child failed, builds it in this process)."""
+    import subprocess
+    import sys
+
+    from ..transport import native
+
+    if path().is_file() or not native.SUPPORTED or "mpi4py.MPI" in sys.modules:
+        return None
+    child_env = dict(os.environ)
+    # the same package as this process's, wherever it was imported from
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(_PKG.parent), child_env.get("PYTHONPATH", "")) if p)
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-c", "from neuron_mpi.kernels import aot; aot.build()"],
+            env=child_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
 
 
 def build() -> Path | None:

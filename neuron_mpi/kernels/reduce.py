@@ -93,8 +93,14 @@ def warm() -> int:
 
     from . import aot, atomics
 
-    # numba's own (cached for NEURON_MPI_AOT=0), then the module built ahead of time
-    count = atomics.warm(jit=True) + native.warm(plane)
+    # the module built ahead of time, in a child beside numba's own compiles here
+    # (cached for NEURON_MPI_AOT=0)
+    aside = aot.build_aside()
+    try:
+        count = atomics.warm(jit=True) + native.warm(plane)
+    finally:
+        if aside is not None:
+            aside.wait()
     aot.build()
     for dt in DTYPES.values():
         for op in REDUCE_OPS:

@@ -344,6 +344,12 @@ def forwarded() -> list[str]:
     return sorted(k for k in os.environ if k.startswith("NEURON_") or k == "NUMBA_CACHE_DIR")
 
 
+def python_path() -> str:
+    """PYTHONPATH as set ("" when not), for a child that must import what this
+    process imports (kernels.aot.build_aside)."""
+    return _raw("PYTHONPATH") or ""
+
+
 def for_children(additions: dict) -> dict:
     """This process's environment with ``additions``: what a launched job gets."""
     return {**os.environ, **additions}

@@ -123,10 +123,9 @@ def build_aside():
 
     if path().is_file() or not native.SUPPORTED or "mpi4py.MPI" in sys.modules:
         return None
-    child_env = dict(os.environ)
     # the same package as this process's, wherever it was imported from
-    child_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(_PKG.parent), child_env.get("PYTHONPATH", "")) if p)
+    path_ = os.pathsep.join(p for p in (str(_PKG.parent), env.python_path()) if p)
+    child_env = env.for_children({"PYTHONPATH": path_})
     try:
         return subprocess.Popen(
             [sys.executable, "-c", "from neuron_mpi.kernels import aot; aot.build()"],

@@ -19,6 +19,7 @@ never change bytes a send has yet to move.
 """
 from __future__ import annotations
 
+import bisect
 import time
 
 import numpy as np
@@ -141,20 +142,35 @@ _LOCAL_KIND = {"copy": 0, "reduce": 1, "divide": 2, "zero": 3}
 
 
 def _overlap(a, b) -> bool:
-    """Do two lists of (buffer, start, end) regions overlap? With a is b: does any
-    region overlap another one of the same list."""
-    same = a is b
-    if same and len(a) < 2 or not a or not b:
+    """Do two lists of (buffer, start, end) regions overlap (share an element)?
+    With a is b: does any region overlap another one of the same list. O(n log n):
+    a 64-rank mesh round has thousands of pieces, and every plan checks each of its
+    rounds twice (RoundStep)."""
+    if a is b:
+        if len(a) < 2:
+            return False
+        buf_, reach = None, 0
+        for buf, lo, hi in sorted(a):  # each against the furthest end before it
+            if buf != buf_:
+                buf_, reach = buf, hi
+            elif lo < reach:
+                return True
+            elif hi > reach:
+                reach = hi
         return False
-    tagged = sorted([(buf, lo, hi, 0) for buf, lo, hi in a]
-                    + ([] if same else [(buf, lo, hi, 1) for buf, lo, hi in b]))
-    reach: dict = {}  # (buffer, side) -> furthest end seen
-    for buf, lo, hi, side in tagged:
-        other = (buf, side if same else 1 - side)
-        if reach.get(other, -1) > lo:
-            return True
-        key = (buf, side)
-        reach[key] = max(reach.get(key, -1), hi)
+    if not a or not b:
+        return False
+    starts: dict = {}  # buffer -> (a's starts, sorted; the furthest end up to each)
+    for buf, lo, hi in sorted(a):
+        los, ends = starts.setdefault(buf, ([], []))
+        los.append(lo)
+        ends.append(hi if not ends or hi > ends[-1] else ends[-1])
+    for buf, lo, hi in b:  # some region of a starts before hi and ends after lo
+        got = starts.get(buf)
+        if got is not None:
+            i = bisect.bisect_left(got[0], hi) - 1
+            if i >= 0 and got[1][i] > lo:
+                return True
     return False
 
 
@@ -207,6 +223,8 @@ def _copies(me, parts) -> list:
 
 def _owed_round(me, st, owed, out) -> "RoundStep":
     """One round of an elided plan: the copies it needs first go to ``out``."""
+    if not owed:  # (nothing owed any more: the round as it is)
+        return st
     dsts = [(r.buf, r.off, r.off + r.count) for r in st.recvs if r.count]
     need = []
     if st.ordered:  # overlapping deliveries: none of them may be the first

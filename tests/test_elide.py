@@ -153,3 +153,35 @@ def test_local_bytes_benchmark_shows_the_copies_gone():
     assert rows["all_reduce:ring"] == [8.0, 0.0] and rows["all_reduce:rdh"] == [8.0, 0.0]
     assert rows["reduce_scatter:rdh"] == [9.0, 1.0]
     assert all(after < before for before, after in rows.values())
+
+
+def test_region_overlap_is_any_pair_sharing_an_element():
+    """executor._overlap (which rounds need ordered deliveries, which sends a
+    delivery may overwrite, which owed copies a round needs first) against the
+    pairwise definition, on random lists of regions of three buffers, empty ones
+    included: a region [lo, hi) overlaps [lo2, hi2) of the same buffer when lo < hi2
+    and lo2 < hi."""
+    from neuron_mpi.executor import _overlap
+
+    def pair(x, y):
+        return x[0] == y[0] and x[1] < y[2] and y[1] < x[2]
+
+    rng = np.random.default_rng(11)
+    seen = set()
+    for _ in range(3000):
+        def regions():
+            out = []
+            for _ in range(int(rng.integers(0, 7))):
+                lo = int(rng.integers(0, 12))
+                out.append((("in", "out", "tmp")[int(rng.integers(0, 3))], lo,
+                            lo + int(rng.integers(0, 4))))
+            return out
+
+        a, b = regions(), regions()
+        want_same = any(pair(a[i], a[j]) for i in range(len(a)) for j in range(len(a))
+                        if i != j)
+        want = any(pair(x, y) for x in a for y in b)
+        assert _overlap(a, a) == want_same, a
+        assert _overlap(a, b) == want == _overlap(b, a), (a, b)
+        seen.add((want_same, want))
+    assert seen == {(False, False), (False, True), (True, False), (True, True)}

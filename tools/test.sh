@@ -3,7 +3,14 @@
 # makes .venv, installs torch (CPU) and neuron-mpi with its self-contained MPI, test
 # and torch extras,
 # warms numba's on-disk cache once, then runs pytest (which launches the MPI
-# suites itself, each under a timeout). Extra arguments go to pytest.
+# suites itself, each under a timeout).
+#
+# With no arguments the tests run as two pytest sessions at once: the tests that
+# launch MPI jobs and other programs (tests/test_mpi_suites.py first), and beside
+# them the in-process ones (schedules, replay, kernels, model: one core's worth,
+# which the launches leave partly idle). Its report comes after the first's; the
+# exit status is non-zero when either failed. Arguments (files, -k, ...) run one
+# session with them instead, as plain pytest would.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -16,4 +23,39 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[mpi,test,torch]'
 export NUMBA_CACHE_DIR="${NUMBA_CACHE_DIR:-$PWD/.numba_cache}"
 .venv/bin/python -c "import neuron_mpi.kernels as k; k.warm()"
-exec .venv/bin/python -m pytest "$@"
+if [ $# -gt 0 ]; then
+  exec .venv/bin/python -m pytest "$@"
+fi
+
+# the in-process files (no mpiexec, no launcher); test_determinism's one MPI job
+# runs with the launches
+INPROC=(test_algorithms test_determinism test_elide test_env test_groups test_kernels
+        test_layout test_model test_reliability_unit test_rooted_schedules
+        test_schedules test_topology test_transport test_vocab)
+MPI_IN_INPROC=tests/test_determinism.py::test_mpi_every_rank_and_run_same_bits_as_replay
+inproc=() launches=(tests/test_mpi_suites.py)
+for f in "${INPROC[@]}"; do
+  inproc+=("tests/$f.py")
+done
+for f in tests/test_*.py; do  # every other test file, the MPI suites first
+  case " ${inproc[*]} tests/test_mpi_suites.py " in
+    *" $f "*) ;;
+    *) launches+=("$f") ;;
+  esac
+done
+log=$(mktemp -t neuron_mpi_inproc.XXXXXX)
+trap 'rm -f "$log"' EXIT
+.venv/bin/python -m pytest -p no:cacheprovider --basetemp="$PWD/.pytest_inproc" \
+  --deselect "$MPI_IN_INPROC" "${inproc[@]}" > "$log" 2>&1 &
+inproc_pid=$!
+set +e
+.venv/bin/python -m pytest "${launches[@]}" "$MPI_IN_INPROC"
+launched=$?
+wait "$inproc_pid"
+in_process=$?
+set -e
+echo
+echo "=== the in-process tests (run beside the launches above) ==="
+cat "$log"
+echo "=== launches: exit $launched; in-process: exit $in_process ==="
+[ "$launched" -eq 0 ] && [ "$in_process" -eq 0 ]

@@ -6,11 +6,20 @@ against NumPy / ml_dtypes, for the 14 data types a collective can carry.
     reduce_into_ref / divide_into_ref   the NumPy oracles of the two above
     reducer(op, dtype)          the kernel of reduce_into, without the checks
     warm()                      compile or load every specialisation
+    warmed()                    has warm() run for this source into this cache
 """
 from .dtypes import DTYPES, REDUCE_OPS, canonical_dtype, dtype_name
 from .reference import divide_into_ref, reduce_into_ref
 
 _COMPILED = ("divide_into", "reduce_into", "reducer", "warm")
+
+
+def warmed() -> bool:
+    """Has warm() run to the end for this source, Python and numba, into this
+    numba cache? (Without importing numba: kernels.aot.warm_stamp.)"""
+    from . import aot
+
+    return aot.warm_stamp().is_file()
 
 
 def __getattr__(name):
@@ -24,4 +33,4 @@ def __getattr__(name):
 
 __all__ = ["DTYPES", "dtype_name", "canonical_dtype", "REDUCE_OPS",
            "reduce_into", "reduce_into_ref", "divide_into", "divide_into_ref", "reducer",
-           "warm"]
+           "warm", "warmed"]

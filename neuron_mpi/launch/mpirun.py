@@ -46,7 +46,8 @@ TIMEOUT_STATUS = 124  # as coreutils timeout(1)
 _PY_OPTS_WITH_ARG = {"-X", "-W", "--check-hash-based-pycs"}
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
 
-# The kernel warm-up: exit 0 warmed, 3 when the package has no kernels.warm (yet).
+# The kernel warm-up: exit 0 warmed (or warm already, kernels.warmed: no numba
+# imported), 3 when the package has no kernels.warm (yet).
 WARM_CODE = (
     "import importlib, sys\n"
     "try:\n"
@@ -55,6 +56,8 @@ WARM_CODE = (
     "    if e.name not in ('neuron_mpi', 'neuron_mpi.kernels'):\n"
     "        raise\n"
     "    sys.exit(3)\n"
+    "if 'warmed' in vars(k) and k.warmed():\n"
+    "    sys.exit(0)\n"
     "if not hasattr(k, 'warm'):\n"
     "    sys.exit(3)\n"
     "k.warm()\n"

@@ -77,17 +77,26 @@ for _w, _a in (("i32", _I32), ("i64", _I64)):
     EXPORTS[f"store_{_w}"] = ("atomic_ops", "store", _sig("void", _a, "int64", "int64"))
 
 
+def _digest(h, files) -> str:
+    """``h`` (a hashlib object) updated with the bytes of ``files``: its first 16 hex
+    digits."""
+    for f in files:
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _folder() -> Path:
+    """The numba cache's ``aot`` folder: the module and warm()'s stamp."""
+    return Path(env.numba_cache_dir() or env.default_numba_cache()) / "aot"
+
+
 def name() -> str:
     """The module's name: a digest of the sources it is built from."""
-    h = hashlib.sha256()
-    for rel in _SOURCES:
-        h.update((_PKG / rel).read_bytes())
-    return "_neuron_mpi_plane_" + h.hexdigest()[:16]
+    return "_neuron_mpi_plane_" + _digest(hashlib.sha256(), (_PKG / rel for rel in _SOURCES))
 
 
 def path() -> Path:
-    base = env.numba_cache_dir() or env.default_numba_cache()
-    return Path(base) / "aot" / (name() + sysconfig.get_config_var("EXT_SUFFIX"))
+    return _folder() / (name() + sysconfig.get_config_var("EXT_SUFFIX"))
 
 
 def warm_stamp() -> Path:
@@ -105,12 +114,9 @@ def warm_stamp() -> Path:
         h.update(metadata.version("numba").encode())
     except metadata.PackageNotFoundError:
         pass
-    for folder in ("kernels", "transport"):
-        for src in sorted((_PKG / folder).glob("*.py")):
-            h.update(src.name.encode())
-            h.update(src.read_bytes())
-    base = env.numba_cache_dir() or env.default_numba_cache()
-    return Path(base) / "aot" / ("warm_" + h.hexdigest()[:16])
+    sources = [src for folder in ("kernels", "transport")
+               for src in sorted((_PKG / folder).glob("*.py"))]
+    return _folder() / ("warm_" + _digest(h, sources))
 
 
 _LOADED: list = []

@@ -6,9 +6,9 @@
 # suites itself, each under a timeout).
 #
 # With no arguments the tests run as two pytest sessions at once: the tests that
-# launch MPI jobs and other programs (tests/test_mpi_suites.py first), and beside
-# them the in-process ones (schedules, replay, kernels, model: one core's worth,
-# which the launches leave partly idle). Its report comes after the first's; the
+# launch MPI jobs and other programs, and beside them the in-process ones
+# (schedules, replay, kernels, model: one core's worth, which the first launches
+# leave idle). Its report comes after the first's; the
 # exit status is non-zero when either failed. Arguments (files, -k, ...) run one
 # session with them instead, as plain pytest would.
 set -euo pipefail
@@ -33,12 +33,21 @@ INPROC=(test_algorithms test_determinism test_elide test_env test_groups test_ke
         test_layout test_model test_reliability_unit test_rooted_schedules
         test_schedules test_topology test_transport test_vocab)
 MPI_IN_INPROC=tests/test_determinism.py::test_mpi_every_rank_and_run_same_bits_as_replay
-inproc=() launches=(tests/test_mpi_suites.py)
+# the launching files in this order: first those whose launches wait more than
+# they compute (about half the 2 cores idle), beside which the in-process session
+# finds room; then the MPI suites, which keep both cores busy; then every other
+# file (the fault matrix, whose bounds are timed, after the in-process session)
+EARLY=(test_bench test_cli test_install test_launcher test_picture test_trace)
+inproc=() launches=()
 for f in "${INPROC[@]}"; do
   inproc+=("tests/$f.py")
 done
-for f in tests/test_*.py; do  # every other test file, the MPI suites first
-  case " ${inproc[*]} tests/test_mpi_suites.py " in
+for f in "${EARLY[@]}"; do
+  launches+=("tests/$f.py")
+done
+launches+=(tests/test_mpi_suites.py)
+for f in tests/test_*.py; do
+  case " ${inproc[*]} ${launches[*]} " in
     *" $f "*) ;;
     *) launches+=("$f") ;;
   esac

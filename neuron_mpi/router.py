@@ -8,12 +8,12 @@ exactly one link: intra-chip, neuronlink, neuronlink-z or efa.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .schedule import Round
 
 
-@dataclass(frozen=True)
-class Hop:
+class Hop(NamedTuple):  # (a tuple: a 256-rank ring all-reduce lowers to 261120 of them)
     xid: int  # the transfer's id in its schedule (position over all rounds)
     step: int  # 0 for the first hop of a transfer
     src: int  # world ranks
@@ -28,7 +28,8 @@ class Hop:
 
 def lower(schedule, view, itemsize: int) -> list[list[Hop]]:
     """Hops per round of ``schedule`` (its Locals steps are skipped)."""
-    topo = view.topo
+    topo, ranks = view.topo, view.ranks
+    legs: dict = {}  # (src, dst) member indices -> the links of its route, once each
     out = []
     xid = 0
     for step in schedule.steps:
@@ -36,16 +37,28 @@ def lower(schedule, view, itemsize: int) -> list[list[Hop]]:
             continue
         hops = []
         for x in step.xfers:
-            path = topo.route(view.ranks[x.src], view.ranks[x.dst])
-            for i, (a, b) in enumerate(zip(path, path[1:])):
-                ga, gb = topo.global_chip(a), topo.global_chip(b)
-                spec = topo.link_between_chips(ga, gb)
-                assert spec is not None, (a, b)
-                hops.append(Hop(xid, i, a, b, spec.kind, x.count * itemsize,
-                                spec.bandwidth_GBps, spec.latency_us, ga, gb))
+            leg = legs.get((x.src, x.dst))
+            if leg is None:
+                leg = legs[x.src, x.dst] = _legs(topo, ranks[x.src], ranks[x.dst])
+            nbytes = x.count * itemsize
+            for i, (a, b, kind, bw, lat, ga, gb) in enumerate(leg):
+                hops.append(Hop(xid, i, a, b, kind, nbytes, bw, lat, ga, gb))
             xid += 1
         out.append(hops)
     return out
+
+
+def _legs(topo, src: int, dst: int) -> list[tuple]:
+    """The links of ``Topology.route(src, dst)``, one per hop: (from, to, kind,
+    bandwidth, latency, from chip, to chip)."""
+    path = topo.route(src, dst)
+    legs = []
+    for a, b in zip(path, path[1:]):
+        ga, gb = topo.global_chip(a), topo.global_chip(b)
+        spec = topo.link_between_chips(ga, gb)
+        assert spec is not None, (a, b)
+        legs.append((a, b, spec.kind, spec.bandwidth_GBps, spec.latency_us, ga, gb))
+    return legs
 
 
 @dataclass(frozen=True)

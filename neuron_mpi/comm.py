@@ -245,6 +245,21 @@ def _fit_alone(x, out) -> int:
     return 2 if x.size and out.size and np.may_share_memory(x, out) else 1
 
 
+def _int_pairs(pairs):
+    """A list of permute pairs as the tuple of (int, int) tuples it holds now, or None
+    when it holds anything else (validated at every call). Compared by value, as a
+    list can change in place between calls; exact ints only, so that True is not
+    taken for 1."""
+    try:
+        t = tuple(map(tuple, pairs))
+    except TypeError:
+        return None
+    for q in t:
+        if len(q) != 2 or type(q[0]) is not int or type(q[1]) is not int:
+            return None
+    return t
+
+
 def _meta(a: np.ndarray) -> tuple:
     """What the validation of an array argument depends on and a program may change
     on the same array object between calls (Communicator._repeat compares them
@@ -278,6 +293,9 @@ class Communicator:
         # calls kept to repeat; and the keys of recent ones, kept once they come again
         self._p2p_kept: dict = {}
         self._p2p_seen: set = set()
+        # permute pairs given as lists: their value (_int_pairs) -> the one tuple of it
+        # that kept calls hold, compared by identity in _repeat
+        self._pair_lists: dict = {}
         self._shapes: dict = {}  # call shape -> _Shape
         self._kept: dict = {}  # (operation, id(x)) -> its _Call kept to repeat
         self._seen: dict = {}  # (operation, id(x)) -> a weak reference to that array, for
@@ -883,8 +901,13 @@ class Communicator:
 
     def permute(self, x, pairs, out=None, algorithm=None, async_op=False, timeout=None):
         raw = (type(algorithm), algorithm, async_op, type(timeout), timeout)
-        c = self._repeat("permute", x, out, raw, pairs)
-        if c is not None:  # (the same tuple of pairs: see _permute)
+        if type(pairs) is list:  # (a list of the same pairs as now: see _permute)
+            t = _int_pairs(pairs)
+            same = None if t is None else self._pair_lists.get(t)
+            c = None if same is None else self._repeat("permute", x, out, raw, same)
+        else:  # (the same tuple of pairs)
+            c = self._repeat("permute", x, out, raw, pairs)
+        if c is not None:
             return self._go(c, x, out)
         return self._permute(x, pairs, out, algorithm, async_op, raw, timeout=timeout)
 
@@ -894,11 +917,20 @@ class Communicator:
         x = V.array(x)
         pairs = V.pairs(pairs, self.size)
         out = V.out_array(out, x.shape, x.dtype)
-        # kept (and later matched by identity) only for a tuple of tuples of the
-        # integers just validated, which no program can change in place; a list of
-        # pairs can be, and comparing one by value would take True for 1
-        keep = (raw, given) if type(given) is tuple and all(
-            type(q) is tuple for q in given) else None
+        # kept, and later matched by identity, for a tuple of tuples of the integers
+        # just validated, which no program can change in place; a list of pairs can
+        # be: kept under the one tuple of its value, which the next call's list must
+        # hold (permute) as plain ints
+        keep = None
+        if type(given) is tuple and all(type(q) is tuple for q in given):
+            keep = (raw, given)
+        elif type(given) is list:
+            t = _int_pairs(given)
+            if t is not None:
+                lists = self._pair_lists
+                if t not in lists and len(lists) >= KEPT:
+                    lists.clear()
+                keep = (raw, lists.setdefault(t, t))
         return self._run("permute", algorithm, int(x.size), x, out, x.shape, extra=pairs,
                          async_op=async_op, timeout=timeout, dig=A.digest(pairs or [[-1, -1]]),
                          keep=keep)

@@ -375,18 +375,29 @@ def test_a_repeated_call_on_a_failed_communicator_is_refused(comm):
         sub.all_reduce(x)
 
 
-def test_a_permute_with_a_list_of_pairs_is_validated_at_every_call(comm, settled):
-    """Pairs given as a list can change in place between calls: such a permute is
-    never kept, and a pair made bad since is refused on every rank."""
+def test_a_permute_with_a_list_of_pairs_repeats_by_value(comm, settled):
+    """Pairs given as a list can change in place between calls: a permute on one is
+    kept under the pairs' value, repeated by a list holding the same ints (the same
+    list or a new one), and validated again when they changed: a pair made bad
+    since, or a rank given as True where it was 1, is refused on every rank."""
     n, me = comm.size, comm.rank
     x = table(15, n, 6, DTYPES["fp32"])[me]
-    pairs = [(i, (i + 1) % n) for i in range(n)]
+    want = table(15, n, 6, DTYPES["fp32"])[(me - 1) % n]
+    pairs = [[i, (i + 1) % n] for i in range(n)]
     for _ in range(3):
-        comm.permute(x, pairs)
+        assert_same(comm.permute(x, pairs), want, "permute")
     kept = comm._kept.get(("permute", id(x)))
-    assert kept is None or kept.x() is not x
-    pairs[0] = (0, n)
+    assert kept is not None and kept.x() is x
+    again = [(s, d) for s, d in pairs]  # a new list of the same value
+    assert_same(comm.permute(x, again), want, "permute, a new list")
+    assert comm._kept.get(("permute", id(x))) is kept, "the same pairs were not repeated"
     ledger = settled_bytes(comm)
+    if n > 1:
+        bad = [[s, True if d == 1 else d] for s, d in pairs]
+        with pytest.raises(nm.InvalidArgumentError, match="pairs"):
+            comm.permute(x, bad)
+        assert settled_bytes(comm, barrier=False) == ledger, "data moved before the error"
+    pairs[0] = [0, n]
     with pytest.raises(nm.InvalidArgumentError, match="pairs"):
         comm.permute(x, pairs)
     assert settled_bytes(comm, barrier=False) == ledger, "data moved before the error"

@@ -651,6 +651,11 @@ class Communicator:
             if ex.error is not None:
                 if call is not None:
                     tr.call_end(call, ex.error)
+                if isinstance(ex.error, NeuronMPIError) and ex.agreeing:
+                    # failed in its agreement on the agent's thread: as on this one
+                    # (a member that refused its own arguments keeps the
+                    # communicator, so the others keep it too)
+                    self._agreement_failed(ex.error, entry)
                 self._fail(ex.error, entry, ex)
                 raise ex.error
             if target is not result:

@@ -205,6 +205,28 @@ def test_bad_argument_on_one_rank_fails_every_rank(comm):
 
 
 @pytest.mark.mpi(min_size=2)
+def test_an_async_call_refused_by_one_rank_keeps_the_communicator_everywhere(comm):
+    """As the blocking call above, async: rank 0 refuses its own arguments at once;
+    on the others the agent finds the refusal while the program sleeps, and wait()
+    raises it. Every rank keeps the communicator (as the refusing one does), so the
+    next call runs on all of them."""
+    import time
+
+    sub = _fresh(comm)
+    x = np.arange(6, dtype=np.float32)
+    with pytest.raises(nm.InvalidArgumentError) as info:
+        h = sub.all_reduce(x, op="mean" if sub.rank == 0 else "sum", async_op=True,
+                           timeout=60)
+        time.sleep(0.3)  # (the agent runs the agreement meanwhile)
+        h.wait()
+    if sub.rank != 0:
+        assert "rank(s) 0" in str(info.value)
+    assert sub._failed is None, f"the communicator failed: {sub._failed}"
+    got = sub.all_reduce(x, async_op=True, timeout=60).wait()
+    assert_same(got, x * sub.size, "all_reduce after the refused call")
+
+
+@pytest.mark.mpi(min_size=2)
 def test_disagreeing_ranks_get_a_mismatch_error(comm):
     sub = _fresh(comm)
     dt = np.float64 if sub.rank == 0 else np.float32

@@ -39,7 +39,8 @@ from mpi4py import MPI
 import neuron_mpi as nm
 from neuron_mpi.bench.sizes import parse_size
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "all_gather_v",
+       "all_to_all_v", "barrier")
 
 
 def cpu() -> float:
@@ -59,11 +60,17 @@ def calls(op, comm, world, nbytes):
         x = np.full(count, me + 1, np.float32)
         out, ref = np.empty_like(x), np.empty_like(x)
         mpi, want = (lambda: world.Allreduce(x, ref)), np.full(count, n * (n + 1) / 2, np.float32)
-    elif op == "all_gather":
+    elif op in ("all_gather", "all_gather_v"):
         x = np.full(count, me, np.float32)
         out, ref = np.empty(count * n, np.float32), np.empty(count * n, np.float32)
         mpi, want = (lambda: world.Allgather(x, ref)), np.repeat(np.arange(n, dtype=np.float32),
                                                                  count)
+        if op == "all_gather_v":  # (equal counts, given as a list as programs do)
+            counts = [count] * n
+            mpi = lambda: world.Allgatherv(x, [ref, counts])  # noqa: E731
+            return (lambda: comm.all_gather_v(x, counts, out=out), mpi,
+                    lambda: np.array_equal(out, want),
+                    lambda: comm.all_gather_v(x, counts, out=out, async_op=True))
     else:
         per = max(1, count // n)
         x = np.full(per * n, me + 1, np.float32)
@@ -75,6 +82,12 @@ def calls(op, comm, world, nbytes):
             out, ref = np.empty_like(x), np.empty_like(x)
             mpi, want = (lambda: world.Alltoall(x, ref)), \
                 np.repeat(np.arange(1, n + 1, dtype=np.float32), per)
+            if op == "all_to_all_v":  # (equal counts, given as lists as programs do)
+                counts = [per] * n
+                mpi = lambda: world.Alltoallv([x, counts], [ref, counts])  # noqa: E731
+                return (lambda: comm.all_to_all_v(x, counts, counts, out=out), mpi,
+                        lambda: np.array_equal(out, want),
+                        lambda: comm.all_to_all_v(x, counts, counts, out=out, async_op=True))
     f = getattr(comm, op)
     return (lambda: f(x, out=out), mpi, lambda: np.array_equal(out, want),
             lambda: f(x, out=out, async_op=True))

@@ -260,6 +260,22 @@ def _int_pairs(pairs):
     return t
 
 
+def _int_lists(lists):
+    """Count arguments (lists or tuples of ints) as the tuple of the tuples they hold
+    now, or None when any holds anything else (validated at every call): compared
+    by value, as for _int_pairs."""
+    out = []
+    for c in lists:
+        if type(c) is not list and type(c) is not tuple:
+            return None
+        t = tuple(c)
+        for v in t:
+            if type(v) is not int:
+                return None
+        out.append(t)
+    return tuple(out)
+
+
 def _meta(a: np.ndarray) -> tuple:
     """What the validation of an array argument depends on and a program may change
     on the same array object between calls (Communicator._repeat compares them
@@ -293,9 +309,10 @@ class Communicator:
         # calls kept to repeat; and the keys of recent ones, kept once they come again
         self._p2p_kept: dict = {}
         self._p2p_seen: set = set()
-        # permute pairs given as lists: their value (_int_pairs) -> the one tuple of it
-        # that kept calls hold, compared by identity in _repeat
-        self._pair_lists: dict = {}
+        # arguments given as lists (permute's pairs, the v operations' counts): their
+        # value (_int_pairs, _int_lists) -> the one tuple of it that kept calls hold,
+        # compared by identity in _repeat (_by_value)
+        self._values: dict = {}
         self._shapes: dict = {}  # call shape -> _Shape
         self._kept: dict = {}  # (operation, id(x)) -> its _Call kept to repeat
         self._seen: dict = {}  # (operation, id(x)) -> a weak reference to that array, for
@@ -526,6 +543,23 @@ class Communicator:
                 env.per_call_key() != c.env:
             return None
         return c
+
+    def _by_value(self, name, x, out, raw, t):
+        """_repeat for a call whose list arguments hold ``t`` now (_int_pairs or
+        _int_lists; None: not kept by value): the kept call holding that value."""
+        same = None if t is None else self._values.get(t)
+        return None if same is None else self._repeat(name, x, out, raw, same)
+
+    def _keep_by_value(self, raw, t):
+        """``keep`` for _run of a call whose list arguments held ``t`` (validated by
+        now): kept under the one tuple of that value (at most KEPT values
+        remembered); None (not kept) when they were not lists of ints."""
+        if t is None:
+            return None
+        values = self._values
+        if t not in values and len(values) >= KEPT:
+            values.clear()
+        return raw, values.setdefault(t, t)
 
     def _go(self, c, x, out):
         """Run call ``c`` (a _Call) on arrays ``x`` and ``out`` (validated)."""
@@ -786,8 +820,17 @@ class Communicator:
         return self._run("all_gather", algorithm, counts, x, out, shape, async_op=async_op,
                          timeout=timeout, dig=A.digest(x.shape[1:]), keep=(raw, None))
 
-    @_collective("all_gather_v")
     def all_gather_v(self, x, counts, out=None, algorithm=None, async_op=False, timeout=None):
+        raw = (type(algorithm), algorithm, async_op, type(timeout), timeout)
+        t = _int_lists((counts,))
+        c = self._by_value("all_gather_v", x, out, raw, t)
+        if c is not None:  # (the same counts as a kept call's: see _permute)
+            return self._go(c, x, out)
+        return self._all_gather_v(x, counts, out, algorithm, async_op, raw, t,
+                                  timeout=timeout)
+
+    @_collective("all_gather_v")
+    def _all_gather_v(self, x, counts, out, algorithm, async_op, raw, t, timeout=None):
         x = V.array(x)
         r = V.rows(x)
         counts = V.counts(counts, self.size)
@@ -799,7 +842,7 @@ class Communicator:
         re = V.row_elems(x)
         return self._run("all_gather_v", algorithm, tuple(c * re for c in counts), x, out,
                          shape, async_op=async_op, timeout=timeout, fp_count=sum(counts) * re,
-                         dig=A.digest(counts, x.shape[1:]))
+                         dig=A.digest(counts, x.shape[1:]), keep=self._keep_by_value(raw, t))
 
     def reduce_scatter(self, x, op="sum", out=None, algorithm=None, async_op=False,
                        timeout=None):
@@ -825,9 +868,18 @@ class Communicator:
                          async_op=async_op, timeout=timeout, dig=A.digest(x.shape[1:]),
                          keep=(raw, None))
 
-    @_collective("reduce_scatter_v")
     def reduce_scatter_v(self, x, counts, op="sum", out=None, algorithm=None, async_op=False,
                          timeout=None):
+        raw = (type(op), op, type(algorithm), algorithm, async_op, type(timeout), timeout)
+        t = _int_lists((counts,))
+        c = self._by_value("reduce_scatter_v", x, out, raw, t)
+        if c is not None:  # (the same counts as a kept call's: see _permute)
+            return self._go(c, x, out)
+        return self._reduce_scatter_v(x, counts, op, out, algorithm, async_op, raw, t,
+                                      timeout=timeout)
+
+    @_collective("reduce_scatter_v")
+    def _reduce_scatter_v(self, x, counts, op, out, algorithm, async_op, raw, t, timeout=None):
         x = V.array(x)
         op = V.reduce_op(op)
         r = V.rows(x)
@@ -840,7 +892,7 @@ class Communicator:
         re = V.row_elems(x)
         return self._run("reduce_scatter_v", algorithm, tuple(c * re for c in counts), x, out,
                          shape, op, async_op=async_op, timeout=timeout,
-                         dig=A.digest(counts, x.shape[1:]))
+                         dig=A.digest(counts, x.shape[1:]), keep=self._keep_by_value(raw, t))
 
     def all_to_all(self, x, out=None, algorithm=None, async_op=False, timeout=None):
         raw = (type(algorithm), algorithm, async_op, type(timeout), timeout)
@@ -869,9 +921,19 @@ class Communicator:
                          timeout=timeout, dig=A.digest(x.shape[1:]), skey=("square", b),
                          keep=(raw, None))
 
-    @_collective("all_to_all_v")
     def all_to_all_v(self, x, send_counts, recv_counts, out=None, algorithm=None,
                      async_op=False, timeout=None):
+        raw = (type(algorithm), algorithm, async_op, type(timeout), timeout)
+        t = _int_lists((send_counts, recv_counts))
+        c = self._by_value("all_to_all_v", x, out, raw, t)
+        if c is not None:  # (the same counts as a kept call's: see _permute)
+            return self._go(c, x, out)
+        return self._all_to_all_v(x, send_counts, recv_counts, out, algorithm, async_op, raw,
+                                  t, timeout=timeout)
+
+    @_collective("all_to_all_v")
+    def _all_to_all_v(self, x, send_counts, recv_counts, out, algorithm, async_op, raw, t,
+                      timeout=None):
         x = V.array(x)
         r = V.rows(x)
         sc = V.counts(send_counts, self.size, "send_counts")
@@ -902,22 +964,22 @@ class Communicator:
         matrix, rows, share = kept
         return self._run("all_to_all_v", algorithm, matrix, x, out, shape, async_op=async_op,
                          timeout=timeout, fp_count=0, dig=A.digest(x.shape[1:]), rows=rows,
-                         share=share)
+                         share=share, keep=self._keep_by_value(raw, t))
 
     def permute(self, x, pairs, out=None, algorithm=None, async_op=False, timeout=None):
         raw = (type(algorithm), algorithm, async_op, type(timeout), timeout)
+        t = None
         if type(pairs) is list:  # (a list of the same pairs as now: see _permute)
             t = _int_pairs(pairs)
-            same = None if t is None else self._pair_lists.get(t)
-            c = None if same is None else self._repeat("permute", x, out, raw, same)
+            c = self._by_value("permute", x, out, raw, t)
         else:  # (the same tuple of pairs)
             c = self._repeat("permute", x, out, raw, pairs)
         if c is not None:
             return self._go(c, x, out)
-        return self._permute(x, pairs, out, algorithm, async_op, raw, timeout=timeout)
+        return self._permute(x, pairs, out, algorithm, async_op, raw, t, timeout=timeout)
 
     @_collective("permute")
-    def _permute(self, x, pairs, out, algorithm, async_op, raw, timeout=None):
+    def _permute(self, x, pairs, out, algorithm, async_op, raw, t, timeout=None):
         given = pairs
         x = V.array(x)
         pairs = V.pairs(pairs, self.size)
@@ -930,12 +992,7 @@ class Communicator:
         if type(given) is tuple and all(type(q) is tuple for q in given):
             keep = (raw, given)
         elif type(given) is list:
-            t = _int_pairs(given)
-            if t is not None:
-                lists = self._pair_lists
-                if t not in lists and len(lists) >= KEPT:
-                    lists.clear()
-                keep = (raw, lists.setdefault(t, t))
+            keep = self._keep_by_value(raw, t)
         return self._run("permute", algorithm, int(x.size), x, out, x.shape, extra=pairs,
                          async_op=async_op, timeout=timeout, dig=A.digest(pairs or [[-1, -1]]),
                          keep=keep)

@@ -425,7 +425,7 @@ def test_overlap_benchmark_through_the_front_ends(tmp_path, api):
     assert bad.returncode != 0 and "--fresh-results" in bad.stderr
 
 
-@pytest.mark.parametrize("op", ["all_reduce", "all_to_all", "barrier"])
+@pytest.mark.parametrize("op", ["all_reduce", "all_to_all", "all_to_all_v", "barrier"])
 def test_call_cost_benchmark_checks_and_reports(op):
     """benchmarks/call_cost.py on 8 ranks: both loops timed, the compiled run's share
     within the wall, the ratio of the two walls, every result exact, exit 0."""

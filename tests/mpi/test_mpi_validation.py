@@ -425,6 +425,55 @@ def test_a_permute_with_a_list_of_pairs_repeats_by_value(comm, settled):
     assert settled_bytes(comm, barrier=False) == ledger, "data moved before the error"
 
 
+def _v_case(comm, op, counts):
+    """(call(counts), want) for v operation ``op`` with per-rank ``counts`` (lists the
+    call reads at every call; all_to_all_v: this rank's send and receive counts),
+    rows of 2 float32 whose values name their sender and receiver."""
+    n, me = comm.size, comm.rank
+    if op == "all_gather_v":
+        x = np.full((counts[0][me], 2), me, np.float32)
+        want = np.concatenate([np.full((counts[0][i], 2), i, np.float32) for i in range(n)])
+        return (lambda c: comm.all_gather_v(x, c[0])), want, x
+    if op == "reduce_scatter_v":
+        rows = sum(counts[0])
+        x = np.repeat(np.arange(rows, dtype=np.float32)[:, None] + me, 2, axis=1)
+        lo = sum(counts[0][:me])
+        want = (np.arange(lo, lo + counts[0][me], dtype=np.float32)[:, None] * n +
+                sum(range(n))).repeat(2, axis=1)
+        return (lambda c: comm.reduce_scatter_v(x, c[0])), want, x
+    send, recv = counts
+    x = np.concatenate([np.full((send[j], 2), 100 * me + j, np.float32) for j in range(n)])
+    want = np.concatenate([np.full((recv[i], 2), 100 * i + me, np.float32) for i in range(n)])
+    return (lambda c: comm.all_to_all_v(x, c[0], c[1])), want, x
+
+
+@pytest.mark.parametrize("op", ["all_gather_v", "reduce_scatter_v", "all_to_all_v"])
+def test_a_v_operation_with_counts_in_lists_repeats_by_value(comm, settled, op):
+    """Counts given as lists can change in place between calls, as permute's pairs
+    can: a v operation on them is kept under the counts' value, repeated by lists
+    holding the same ints (the same lists or new ones), and validated again when
+    they changed: counts made bad since are refused on every rank, no data moved."""
+    n, me = comm.size, comm.rank
+    if op == "all_to_all_v":
+        counts = [[1 + (me + j) % 3 for j in range(n)], [1 + (i + me) % 3 for i in range(n)]]
+    else:
+        counts = [[1 + i % 3 for i in range(n)]]
+    call, want, x = _v_case(comm, op, counts)
+    for _ in range(3):
+        assert_same(call(counts), want, op)
+    kept = comm._kept.get((op, id(x)))
+    assert kept is not None and kept.x() is x, "not kept"
+    assert_same(call([list(c) for c in counts]), want, f"{op}, new lists")
+    assert comm._kept.get((op, id(x))) is kept, "the same counts were not repeated"
+    ledger = settled_bytes(comm)
+    counts[0][0] += 1  # (every rank: the rows no longer add up, or rank 0's do not)
+    with pytest.raises(nm.InvalidArgumentError, match="counts|rank.s. 0 of the group"):
+        call(counts)
+    assert settled_bytes(comm, barrier=False) == ledger, "data moved before the error"
+    counts[0][0] -= 1
+    assert_same(call(counts), want, f"{op}, the counts as they were")
+
+
 def _compiled_p2p(comm, dst, nsend, src, nrecv) -> bool:
     """Whether this rank's sendrecv (``dst`` None: recv) with these sizes ran as a
     compiled round (both peers in its shared-memory domain): the calls kept to

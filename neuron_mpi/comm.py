@@ -364,7 +364,7 @@ class Communicator:
         self._failed = err
         if ex is not None:
             self._engine.cancel(ex, err)
-        self._engine.forget(self._id)
+        self._engine.forget(self._id, err)
         if entry is not None:
             FlightRecorder.fail(entry, err, getattr(err, "waiting_for", None))
         self._recorder.dump(f"{type(err).__name__}: {err}")
@@ -416,8 +416,12 @@ class Communicator:
         rows = () if op == "all_to_all_v" else None
         try:
             self._exchange(fp, op, timeout, rows, 0)
-        except NeuronMPIError:
-            pass
+        except InvalidArgumentError:
+            pass  # (the refusal itself, seen by every member: the communicator goes on)
+        except NeuronMPIError as e:
+            # the agreement timed out, or it disagreed: the others fail the
+            # communicator, so this rank does too (it raises its own error)
+            self._fail(e)
 
     def _timeout_error(self, ex, op, seconds):
         step, pending = ex.waiting_for()
@@ -1513,8 +1517,14 @@ class Communicator:
         if _checking() and self.size > 1:
             self._seq += 1
             flat = [len(gs)] + [v for g in gs for v in [len(g)] + g]
-            self._exchange(A.fingerprint("split", self._seq, dig=A.digest(flat)), "split",
-                           timeout)
+            try:
+                self._exchange(A.fingerprint("split", self._seq, dig=A.digest(flat)),
+                               "split", timeout)
+            except InvalidArgumentError:
+                raise  # (a member refused its groups: the communicator goes on)
+            except NeuronMPIError as e:
+                self._fail(e)  # timed out or disagreed: as a collective call would
+                raise
         self._nsplit += 1
         if mine is None:
             return None

@@ -342,13 +342,20 @@ class Engine:
             raise RuntimeError(a.error)
         return a
 
-    def forget(self, comm_id: int) -> None:
-        """A communicator failed on this rank (it is never used again): drop the
+    def forget(self, comm_id: int, err: BaseException | None = None) -> None:
+        """A communicator failed on this rank (it is never used again): fail its
+        executions still in flight with ``err`` (async calls that would otherwise stay
+        listed for ever: the engine were never solo again), and drop the
         pieces for it that wait in the inbox or in this rank's slots, those filed
         later, and those landing later once their channel fills (ShmTransport.unblock),
         so that they neither stay for ever nor keep blocking calls off their compiled
         run."""
         with self.held():
+            if err is not None:
+                for ex in [a for a in self.active if a.comm_id == comm_id]:
+                    self.active.remove(ex)
+                    if not ex.done:
+                        ex.fail(err)
             self._dead.add(comm_id)
             self._dead_ids = np.array(sorted(self._dead), np.int64)
             for key in [k for k in self.inbox if k[0] == comm_id]:

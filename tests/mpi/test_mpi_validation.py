@@ -227,6 +227,66 @@ def test_an_async_call_refused_by_one_rank_keeps_the_communicator_everywhere(com
 
 
 @pytest.mark.mpi(min_size=2)
+def test_a_refusal_whose_agreement_times_out_fails_the_refusing_rank_too(comm):
+    """Rank 0 refuses its arguments and the last rank never makes the call: the
+    others time out and fail the communicator, and so does rank 0 (it raises its
+    own error), instead of keeping a communicator whose next call would be matched
+    against the wrong call numbers."""
+    sub = _fresh(comm)
+    n, me = sub.size, sub.rank
+    x = np.arange(6, dtype=np.float32)
+    if me != n - 1:
+        with pytest.raises((nm.InvalidArgumentError, nm.CollectiveTimeoutError)) as info:
+            sub.all_reduce(x, op="mean" if me == 0 else "sum", timeout=0.5)
+        assert isinstance(info.value, nm.InvalidArgumentError) == (me == 0), info.value
+        assert isinstance(sub._failed, nm.CollectiveTimeoutError), sub._failed
+        with pytest.raises(nm.CommunicatorFailedError):
+            sub.all_reduce(x, timeout=5)
+    comm.barrier()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_split_that_disagrees_fails_the_communicator_on_every_rank(comm):
+    """split is collective: groups that differ between ranks raise the mismatch on
+    every rank and fail the communicator there, as a collective call's do."""
+    sub = _fresh(comm)
+    n, me = sub.size, sub.rank
+    groups = [list(range(n))] if me != n - 1 else [[r] for r in range(n)]
+    with pytest.raises(nm.CollectiveMismatchError):
+        sub.split(groups, timeout=60)
+    assert isinstance(sub._failed, nm.CollectiveMismatchError), sub._failed
+    with pytest.raises(nm.CommunicatorFailedError):
+        sub.all_reduce(np.ones(4, np.float32), timeout=5)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_failed_communicator_fails_its_async_calls_in_flight(comm):
+    """An async call waits in its agreement for the last rank, which never comes; a
+    later call on the same communicator times out and fails it: the async call is
+    failed with it and leaves the engine (a call left listed there for ever keeps
+    every later call of the rank off its fast path), and wait() raises."""
+    sub = _fresh(comm)
+    n, me = sub.size, sub.rank
+    if me != n - 1:
+        if sub._control.on_board:  # (an async call's agreement runs in the background)
+            h = sub.all_reduce(np.ones(64, np.float32), async_op=True, timeout=60)
+            with pytest.raises(nm.CollectiveTimeoutError):
+                sub.all_reduce(np.ones(4, np.float32), timeout=0.5)
+        else:  # routed (the MPI transport): the async call agrees before it returns
+            with pytest.raises(nm.CollectiveTimeoutError):
+                sub.all_reduce(np.ones(64, np.float32), async_op=True, timeout=0.5)
+            h = None
+        eng = sub._engine
+        with eng.held():
+            left = [(e.op, e.seq) for e in eng.active if e.comm_id == sub._id]
+        assert left == [], f"calls of the failed communicator still in flight: {left}"
+        with pytest.raises(nm.CommunicatorFailedError):
+            h.wait() if h is not None else sub.all_reduce(np.ones(4, np.float32),
+                                                          async_op=True)
+    comm.barrier()
+
+
+@pytest.mark.mpi(min_size=2)
 def test_disagreeing_ranks_get_a_mismatch_error(comm):
     sub = _fresh(comm)
     dt = np.float64 if sub.rank == 0 else np.float32

@@ -63,7 +63,7 @@ def _collective(op):
                 return fn(self, *args, **kwargs)
             except InvalidArgumentError as e:
                 if not getattr(e, "agreed", False):
-                    self._tell_group_rejected(op, kwargs.get("timeout"))
+                    self._tell_group_rejected(op, kwargs.get("timeout"), e)
                 raise
         return wrapper
     return deco
@@ -399,13 +399,16 @@ class Communicator:
         A.check_all_to_all_v(self._control.allgather(rows, seq, 1, deadline, expired), op)
         raise A.counts_disagree(op, seq)  # (shares that do not sum to 0: counts differ)
 
-    def _tell_group_rejected(self, op, timeout):
-        """This rank rejected its arguments: take part in the agreement with status 1
-        so the other members fail too instead of waiting; the caller then raises its
-        own error."""
+    def _tell_group_rejected(self, op, timeout, err=None):
+        """This rank rejected its arguments (``err``): take part in the agreement with
+        status 1 so the other members fail too instead of waiting, the call recorded
+        as refused (as the members record it); the caller then raises its own error."""
         if not (_checking() and self.size > 1):
             return
         self._seq += 1
+        # (split records no call on any member)
+        entry = None if op == "split" else self._recorder.start(
+            self._id, self._seq, op, None, None, None, self.size)
         try:
             _timeout_seconds(timeout)
         except InvalidArgumentError:
@@ -416,12 +419,14 @@ class Communicator:
         rows = () if op == "all_to_all_v" else None
         try:
             self._exchange(fp, op, timeout, rows, 0)
-        except InvalidArgumentError:
-            pass  # (the refusal itself, seen by every member: the communicator goes on)
+        except InvalidArgumentError as e:
+            # the refusal itself, seen by every member: the communicator goes on
+            if entry is not None:
+                FlightRecorder.refuse(entry, err if err is not None else e)
         except NeuronMPIError as e:
             # the agreement timed out, or it disagreed: the others fail the
             # communicator, so this rank does too (it raises its own error)
-            self._fail(e)
+            self._fail(e, entry)
 
     def _timeout_error(self, ex, op, seconds):
         step, pending = ex.waiting_for()
@@ -773,7 +778,7 @@ class Communicator:
         if isinstance(e, InvalidArgumentError):
             # a member rejected its own arguments: nothing moved, and that rank
             # keeps the communicator, so the others do too
-            FlightRecorder.fail(entry, e)
+            FlightRecorder.refuse(entry, e)
         else:
             self._fail(e, entry)
         raise e
@@ -1115,7 +1120,7 @@ class Communicator:
         its call of ``op``, so they fail in their agreement too, before any data
         moves (for front-ends that check arguments this module cannot see)."""
         self._ensure_usable()
-        self._tell_group_rejected(op, None)
+        self._tell_group_rejected(op, None, err)
         raise err
 
     # --- point to point ---------------------------------------------------------------
@@ -1510,8 +1515,8 @@ class Communicator:
             world_groups = [[self._ranks[r] for r in g] for g in gs]
             for wg in world_groups:
                 G.check_group(self.topology, wg, self.strict)
-        except (InvalidArgumentError, TopologyError):
-            self._tell_group_rejected("split", timeout)
+        except (InvalidArgumentError, TopologyError) as e:
+            self._tell_group_rejected("split", timeout, e)
             raise
         mine = next((i for i, g in enumerate(gs) if self.rank in g), None)
         if _checking() and self.size > 1:

@@ -50,6 +50,9 @@ def divergences(dumps: dict[int, dict]) -> list[str]:
             present = {r: calls.get(seq) for r, calls in ranks.items()}
             missing = [r for r, c in present.items() if c is None]
             calls = {r: c for r, c in present.items() if c is not None}
+            if not missing and all(c["state"] == "refused" for c in calls.values()):
+                continue  # refused alike on every member (one member's arguments): the
+                # members' entries differ (the refusing rank's is not worked out)
             sigs: dict[tuple, list[int]] = {}
             for r, c in calls.items():
                 sigs.setdefault(tuple(c.get(k) for k in KEYS), []).append(r)

@@ -1,8 +1,9 @@
 """The flight recorder: each rank keeps its last N calls, dumped on failure.
 
 An entry: communicator id, sequence number, operation, algorithm, element count,
-dtype, group size, state (started | done | failed), start/end times and, for a
-failure, the error. ``NEURON_MPI_TRACE_DIR`` names the folder the dumps go to
+dtype, group size, state (started | done | failed | refused: a member refused its
+arguments and every member raised before any data moved, the communicator going
+on), start/end times and, for a failure or refusal, the error. ``NEURON_MPI_TRACE_DIR`` names the folder the dumps go to
 (``rank<world rank>.json``); ``python -m neuron_mpi.diagnose DIR`` merges them.
 """
 from __future__ import annotations
@@ -46,6 +47,13 @@ class FlightRecorder:
         e["t_end"] = time.time()
         e["error"] = f"{type(err).__name__}: {err}"
         e["waiting_for"] = waiting_for
+
+    @staticmethod
+    def refuse(e: dict, err: BaseException) -> None:
+        """The call was refused on every member (a member's arguments) before any
+        data moved: not a divergence (diagnose passes over it)."""
+        FlightRecorder.fail(e, err)
+        e["state"] = "refused"
 
     def dump(self, reason: str) -> str | None:
         folder = env.recorder_dir()

@@ -189,6 +189,8 @@ def _dump(folder, rank, calls, comms=None, reason="CollectiveTimeoutError: x"):
             FlightRecorder.finish(e)
         elif call["state"] == "failed":
             FlightRecorder.fail(e, CollectiveTimeoutError(call.get("error", "late")))
+        elif call["state"] == "refused":
+            FlightRecorder.refuse(e, InvalidArgumentError("op: refused"))
     old = os.environ.get("NEURON_MPI_TRACE_DIR")
     os.environ["NEURON_MPI_TRACE_DIR"] = str(folder)
     try:
@@ -222,6 +224,23 @@ def test_diagnose_names_a_rank_that_never_called(tmp_path):
     assert lines == ["communicator 1: first divergence at call 3 (all_reduce): rank 2 never "
                      "called it; rank 0-1,3 failed but did not finish "
                      "(CollectiveTimeoutError: late)"]
+
+
+def test_diagnose_passes_over_a_call_refused_on_every_rank(tmp_path):
+    """Call 2 was refused (rank 0's arguments; its entry names no count, dtype or
+    algorithm) and every rank raised: not a divergence. Call 4 diverges; a refusal
+    that some rank never reached is still one."""
+    for r in range(4):
+        mine = {"count": None, "dtype": None, "algorithm": None} if r == 0 else {}
+        op = "all_gather" if r == 3 else "all_reduce"
+        _dump(tmp_path, r, [{"seq": 1}, {"seq": 2, "state": "refused", **mine}, {"seq": 3},
+                            {"seq": 4, "op": op, "state": "failed"}])
+    (line,) = D.divergences(D.load(str(tmp_path)))
+    assert "first divergence at call 4" in line and "rank 3 called op=all_gather" in line
+    for r in range(4):
+        _dump(tmp_path, r, [{"seq": 1}] + ([{"seq": 2, "state": "refused"}] if r else []))
+    (line,) = D.divergences(D.load(str(tmp_path)))
+    assert "first divergence at call 2" in line and "rank 0 never called it" in line
 
 
 def test_diagnose_names_a_rank_without_a_dump(tmp_path):

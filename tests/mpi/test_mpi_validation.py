@@ -202,6 +202,9 @@ def test_bad_argument_on_one_rank_fails_every_rank(comm):
     if sub.rank != 0:
         assert "rank(s) 0" in str(info.value)
     assert_same(x, np.arange(6, dtype=np.float32), "input changed")
+    # recorded alike on every rank (the refusing one too): a refusal, not a divergence
+    last = [c for c in sub._recorder.entries if c["comm"] == sub._id][-1]
+    assert (last["seq"], last["op"], last["state"]) == (sub._seq, "all_reduce", "refused"), last
 
 
 @pytest.mark.mpi(min_size=2)

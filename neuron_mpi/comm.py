@@ -92,7 +92,10 @@ class Handle:
 
     def wait(self):
         if not self._finished:
-            self._comm._ensure_usable()
+            ex = self._ex
+            if not (ex.done and ex.error is None):  # (a call that finished before its
+                # communicator failed keeps its result, as a completed MPI request does)
+                self._comm._ensure_usable()
             self._result = self._finish()
             self._finished = True
         return self._result

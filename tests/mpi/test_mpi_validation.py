@@ -290,6 +290,28 @@ def test_a_failed_communicator_fails_its_async_calls_in_flight(comm):
 
 
 @pytest.mark.mpi(min_size=2)
+def test_an_async_call_done_before_its_communicator_failed_keeps_its_result(comm):
+    """An async call has finished (test() says so) when a later call's mismatch
+    fails the communicator: its wait() still returns its result, as a completed MPI
+    request's does; a call issued after the failure is refused."""
+    import time
+
+    sub = _fresh(comm)
+    n, me = sub.size, sub.rank
+    x = np.full(64, me + 1, np.float32)
+    h = sub.all_reduce(x, async_op=True, timeout=60)
+    t0 = time.monotonic()
+    while not h.test():
+        assert time.monotonic() - t0 < 60, "the async call never finished"
+        time.sleep(0.001)
+    with pytest.raises(nm.CollectiveMismatchError):
+        sub.all_reduce(np.ones(4, np.float64 if me == 0 else np.float32), timeout=60)
+    assert_same(h.wait(), np.full(64, n * (n + 1) / 2, np.float32), "the finished call")
+    with pytest.raises(nm.CommunicatorFailedError):
+        sub.all_reduce(x, async_op=True)
+
+
+@pytest.mark.mpi(min_size=2)
 def test_disagreeing_ranks_get_a_mismatch_error(comm):
     sub = _fresh(comm)
     dt = np.float64 if sub.rank == 0 else np.float32

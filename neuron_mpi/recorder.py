@@ -3,8 +3,9 @@
 An entry: communicator id, sequence number, operation, algorithm, element count,
 dtype, group size, state (started | done | failed | refused: a member refused its
 arguments and every member raised before any data moved, the communicator going
-on), start/end times and, for a failure or refusal, the error. ``NEURON_MPI_TRACE_DIR`` names the folder the dumps go to
-(``rank<world rank>.json``); ``python -m neuron_mpi.diagnose DIR`` merges them.
+on), start/end times and, for a failure or refusal, the error.
+``NEURON_MPI_TRACE_DIR`` names the folder the dumps go to (``rank<world
+rank>.json``); ``python -m neuron_mpi.diagnose DIR`` merges them.
 """
 from __future__ import annotations
 

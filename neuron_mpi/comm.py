@@ -191,8 +191,8 @@ class _Call:
     per operation when its input array came again (``Communicator._keep``), with
     what the validation looked at, so that a loop calling with the same arrays and
     arguments (``_repeat``) skips validating and looking them up again. It holds
-    the arrays by weak reference only: a kept call neither keeps a buffer alive nor
-    stops a ``resize``."""
+    the arrays by weak reference only: a kept call keeps no buffer alive (numpy
+    then refuses to ``resize`` them in place: docs/api.md)."""
 
     __slots__ = ("sh", "op", "out_shape", "reduce_op", "async_op", "timeout", "seconds",
                  "checking", "rows", "share", "raw", "extra", "x", "out", "xmeta", "ometa",

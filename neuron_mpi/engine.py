@@ -350,12 +350,10 @@ class Engine:
         later, and those landing later once their channel fills (ShmTransport.unblock),
         so that they neither stay for ever nor keep blocking calls off their compiled
         run."""
+        if err is not None:
+            for ex in [a for a in self.active if a.comm_id == comm_id]:
+                self.cancel(ex, err)
         with self.held():
-            if err is not None:
-                for ex in [a for a in self.active if a.comm_id == comm_id]:
-                    self.active.remove(ex)
-                    if not ex.done:
-                        ex.fail(err)
             self._dead.add(comm_id)
             self._dead_ids = np.array(sorted(self._dead), np.int64)
             for key in [k for k in self.inbox if k[0] == comm_id]:

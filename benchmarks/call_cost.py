@@ -68,9 +68,7 @@ def calls(op, comm, world, nbytes):
         if op == "all_gather_v":  # (equal counts, given as a list as programs do)
             counts = [count] * n
             mpi = lambda: world.Allgatherv(x, [ref, counts])  # noqa: E731
-            return (lambda: comm.all_gather_v(x, counts, out=out), mpi,
-                    lambda: np.array_equal(out, want),
-                    lambda: comm.all_gather_v(x, counts, out=out, async_op=True))
+            call = lambda **kw: comm.all_gather_v(x, counts, out=out, **kw)  # noqa: E731
     else:
         per = max(1, count // n)
         x = np.full(per * n, me + 1, np.float32)
@@ -85,12 +83,12 @@ def calls(op, comm, world, nbytes):
             if op == "all_to_all_v":  # (equal counts, given as lists as programs do)
                 counts = [per] * n
                 mpi = lambda: world.Alltoallv([x, counts], [ref, counts])  # noqa: E731
-                return (lambda: comm.all_to_all_v(x, counts, counts, out=out), mpi,
-                        lambda: np.array_equal(out, want),
-                        lambda: comm.all_to_all_v(x, counts, counts, out=out, async_op=True))
-    f = getattr(comm, op)
-    return (lambda: f(x, out=out), mpi, lambda: np.array_equal(out, want),
-            lambda: f(x, out=out, async_op=True))
+                call = lambda **kw: comm.all_to_all_v(x, counts, counts, out=out,  # noqa: E731
+                                                      **kw)
+    if not op.endswith("_v"):
+        f = getattr(comm, op)
+        call = lambda **kw: f(x, out=out, **kw)  # noqa: E731
+    return (call, mpi, lambda: np.array_equal(out, want), lambda: call(async_op=True))
 
 
 def timed_loop(fn, k: int, world) -> tuple[float, float]:

@@ -28,7 +28,8 @@ trn2 (trn2.48xlarge, trn2u, the UltraServer), LNC=1 or 2:
     neighbours on the torus (neuronx-distributed's second layout, TP=32 at LNC=2,
     TP=64 at LNC=1) [nxd-trn2];
   - a group on exactly two chips needs the chips linked ("0 and 32 cant communicate
-    directly" at LNC=2) [nxd-neighbours].
+    directly" at LNC=2), and two linked chips will do, also through the torus's
+    wrap-around (rows 0 and 3 are neighbours in the TP=32 layout) [nxd-neighbours].
 Across nodes: every node holds the same local indices [internode], and that
 per-node set follows the rules above.
 
@@ -167,6 +168,10 @@ def _trn2_local(topo, local):
     if ids == [ids[0] + k * step for k in range(len(ids))] and _power_of_two(step):
         kind = "consecutive chips" if step == 1 else f"every {step}th chip"
         return ("facts-trn2" if step > 1 else "nxd-trn2"), f"{n} ranks on {kind}"
+    if len(ids) == 2:
+        # linked (above) but not evenly spaced: neighbours through the torus's
+        # wrap-around, as the TP=32 layout's rows 0 and 3 are
+        return "nxd-neighbours", f"{n} ranks on two chips linked through the wrap-around"
     row = topo.spec.dims[-1].size
     rows = sorted({c // row for c in ids})
     n_rows = topo.spec.dims[-2].size if len(topo.spec.dims) >= 2 else 1

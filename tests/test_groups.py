@@ -135,6 +135,10 @@ def test_trn2_tp32_layouts():
     _ok(t, range(16, 48))
     _ok(t, [0, 16])
     _ok(t, [32, 48])
+    # two chips linked through the torus's wrap-around: a column's (chips 0 and 12),
+    # a row's (chips 0 and 3)
+    _ok(t, [0, 48])
+    _ok(t, [1, 13])
     t1 = neuron_mpi.topology("trn2.48xlarge", lnc=1)
     _ok(t1, list(range(32)) + list(range(96, 128)))
     _refused(t1, [0, 64])

@@ -24,7 +24,8 @@ PROG = "neuron-mpi"
 
 # the usage-error parser the bench and model CLIs share: a usage error is one line
 # (no usage dump), exit status 2, no SystemExit
-from .bench.sizes import UsageError, UsageParser as _Parser, human, size_arg  # noqa: E402
+from .bench.sizes import (UsageError, UsageParser as _Parser, human,  # noqa: E402
+                          output_path, replica_groups_arg, size_arg)
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ def _trace_configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR",
                    help="the folder of trace-rank*.json files a traced run wrote "
                         "(NEURON_MPI_TRACE=DIR or neuron_mpi.trace(DIR))")
-    p.add_argument("-o", "--output", required=True, metavar="FILE.json",
+    p.add_argument("-o", "--output", required=True, metavar="FILE.json", type=output_path,
                    help="the merged timeline (Chrome trace-event JSON: open it in "
                         "ui.perfetto.dev or chrome://tracing)")
 
@@ -170,20 +171,6 @@ def _groups_configure(p: argparse.ArgumentParser) -> None:
                    help="text (default) or json (LayoutReport.as_dict())")
 
 
-def _load_json_groups(text: str):
-    import os
-
-    src = text
-    if os.path.isfile(text):
-        with open(text) as f:
-            src = f.read()
-    try:
-        return json.loads(src)
-    except json.JSONDecodeError as e:
-        raise UsageError(f"--replica-groups: not valid JSON ({e.msg} at line {e.lineno} "
-                         f"column {e.colno})") from None
-
-
 def _groups_run(args: argparse.Namespace) -> int:
     from .layout import check_layout, format_text
 
@@ -192,12 +179,13 @@ def _groups_run(args: argparse.Namespace) -> int:
                          f"'{PROG} groups --help')")
     if args.tp is None and (args.pp is not None or args.dp is not None):
         raise UsageError("--pp and --dp go with --tp, not with --replica-groups")
-    groups = None if args.replica_groups is None else _load_json_groups(args.replica_groups)
+    groups = None if args.replica_groups is None else \
+        replica_groups_arg(args.replica_groups, "--replica-groups")
     from .topology import resolve
 
     instance, lnc, nodes = resolve(args.instance, args.lnc, args.nodes)
-    rep = check_layout(instance, lnc, nodes, tp=args.tp, pp=args.pp or 1, dp=args.dp,
-                       replica_groups=groups, size=args.size)
+    rep = check_layout(instance, lnc, nodes, tp=args.tp, pp=1 if args.pp is None else args.pp,
+                       dp=args.dp, replica_groups=groups, size=args.size)
     if args.format == "json":
         sys.stdout.write(json.dumps(rep.as_dict(), indent=1) + "\n")
     else:

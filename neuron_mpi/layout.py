@@ -19,6 +19,7 @@ from .groups import Verdict, verdict
 from .topology import topology
 
 MODELED_OPS = ("all_reduce", "all_gather")
+TRN2_SERVER_CHIPS = 16  # a trn2 server's 4x4 torus (an UltraServer node holds 4)
 
 
 @dataclass
@@ -93,11 +94,12 @@ def parallel_groups(topo, tp: int, pp: int = 1, dp: int | None = None) -> dict:
                      for node in range(topo.nodes) for j in range(per)]
         dp_groups = _dp_of(tp_groups, dp)
     elif fam == "trn2" and pp == 1 and tp * topo.lnc == 64 and topo.size >= rpn:
-        # nxd get_logic_chosen "Logic 2": rows 0+3 and 1+2 of each node
-        row = rpn // 4
+        # nxd get_logic_chosen "Logic 2": rows 0+3 and 1+2 of each server's 4x4 torus
+        # (an UltraServer node holds 4 servers, each a contiguous run of ranks)
+        server = TRN2_SERVER_CHIPS * topo.ranks_per_chip
+        row = server // 4
         tp_groups = []
-        for node in range(topo.nodes):
-            b = node * rpn
+        for b in range(0, n, server):
             tp_groups.append(list(range(b, b + row)) + list(range(b + 3 * row, b + 4 * row)))
             tp_groups.append(list(range(b + row, b + 3 * row)))
         dp_groups = _dp_of(tp_groups, dp)
@@ -118,20 +120,19 @@ def _dp_of(tp_groups, dp):
     return out
 
 
-def _check_groups(topo, groups, name="replica_groups"):
-    _need(name, groups, isinstance(groups, (list, tuple)) and len(groups) > 0,
-          "a non-empty list of lists of ranks")
-    seen = set()
-    for g in groups:
-        _need(name, g, isinstance(g, (list, tuple)) and len(g) > 0
-              and all(isinstance(r, int) and not isinstance(r, bool) for r in g),
-              "a non-empty list of integer ranks for every group")
-        bad = [r for r in g if not 0 <= r < topo.size]
-        _need(name, bad, not bad, f"ranks in 0..{topo.size - 1}")
-        _need(name, list(g), len(set(g)) == len(g), "no rank twice in a group")
-        twice = seen & set(g)
-        _need(name, sorted(twice), not twice, "each rank in at most one group")
-        seen |= set(g)
+def _check_groups(topo, groups, name="replica_groups") -> list[list[int]]:
+    """The groups as lists of ints, checked as ``Communicator.split`` checks them
+    (ranks of the world, each in at most one group), non-empty and all of one size
+    (a collective's replica groups are)."""
+    from . import validate as V
+
+    gs = V.replica_groups(groups, topo.size, name)
+    _need(name, groups, len(gs) > 0, "a non-empty list of lists of ranks")
+    sizes = [len(g) for g in gs]
+    if len(set(sizes)) > 1:
+        raise InvalidArgumentError(f"{name}: expected groups all of one size, got sizes "
+                                   + ", ".join(map(str, sizes)))
+    return gs
 
 
 def check_layout(instance=None, lnc=None, nodes=None, tp=None, pp=1, dp=None,
@@ -147,8 +148,7 @@ def check_layout(instance=None, lnc=None, nodes=None, tp=None, pp=1, dp=None,
         raise InvalidArgumentError("tp / replica_groups: give exactly one of them")
     _need("size", size, isinstance(size, int) and size >= 1, "a positive number of bytes")
     if replica_groups is not None:
-        _check_groups(topo, replica_groups)
-        kinds = {"replica_groups": [list(g) for g in replica_groups]}
+        kinds = {"replica_groups": _check_groups(topo, replica_groups)}
     else:
         kinds = parallel_groups(topo, tp, pp, dp)
         if not kinds:  # tp = pp = dp = 1: one rank

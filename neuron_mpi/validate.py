@@ -141,7 +141,8 @@ def replica_groups(groups, n: int, name="replica_groups") -> list[list[int]]:
         for r in g:
             r = rank(r, n, f"{name}[{i}]")
             if r in seen:
-                raise InvalidArgumentError(f"{name}: rank {r} appears in more than one group")
+                where = f"twice in group {i}" if r in members else "in more than one group"
+                raise InvalidArgumentError(f"{name}: rank {r} appears {where}")
             seen.add(r)
             members.append(r)
         out.append(members)

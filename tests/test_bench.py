@@ -133,6 +133,10 @@ def test_parse_args_defaults_and_options(tmp_path):
     (["allr", "--custom-replica-groups", "[[0,1],[2"], "not valid JSON"),
     (["allr", "--custom-replica-groups", "[[0,1],[2]]"], "same size"),
     (["allr", "--custom-replica-groups", "[0,1]"], "lists of ranks"),
+    (["allr", "--custom-replica-groups", "groups.json"], "neither an existing file nor"),
+    (["allr", "--report-to-json-file", "."], "argument --report-to-json-file: '.' is a dir"),
+    (["allr", "--plot", "/"], "argument --plot: '/' is a directory"),
+    (["allr", "--link-stats", "/dev/null/x"], "'/dev/null' is not a directory"),
     (["allr", "--bogus"], "unrecognized arguments"),
     ([], "required"),
 ])

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 import neuron_mpi
@@ -77,14 +78,40 @@ def test_pp_groups_and_sizes():
 
 @pytest.mark.parametrize("kwargs,match", [
     (dict(tp=3), "tp:"), (dict(tp=8, dp=3), "tp:"), (dict(tp=0), "tp:"),
-    (dict(replica_groups=[[0, 99]]), "replica_groups:"),
-    (dict(replica_groups=[[0, 1], [1, 2]]), "replica_groups:"),
+    (dict(replica_groups=[[0, 99]]), r"replica_groups\[0\]: .* got 99"),
+    (dict(replica_groups=[[0, 1], [1, 2]]), "replica_groups: rank 1 .* more than one"),
+    (dict(replica_groups=[[0, 1, 0]]), "replica_groups: rank 0 appears twice in group 0"),
+    (dict(replica_groups=[[0, 1], [2, 3, 4, 5]]), "replica_groups: .* one size, got sizes 2, 4"),
     (dict(replica_groups=[]), "replica_groups:"), (dict(), "exactly one"),
-    (dict(tp=8, size=0), "size:"),
+    (dict(tp=8, size=0), "size:"), (dict(tp=8, pp=0), "pp:"),
 ])
 def test_bad_arguments_name_the_argument(kwargs, match):
     with pytest.raises(InvalidArgumentError, match=match):
         neuron_mpi.check_layout("trn1.32xlarge", model=False, **kwargs)
+
+
+def test_replica_groups_take_what_split_takes():
+    """numpy integers and ranges, as Communicator.split takes them."""
+    rep = neuron_mpi.check_layout("trn1.32xlarge", model=False,
+                                  replica_groups=[range(0, 8), np.arange(8, 16)])
+    assert rep.accepted and rep.kinds[0].groups == [list(range(8)), list(range(8, 16))]
+    assert all(type(r) is int for g in rep.kinds[0].groups for r in g)
+
+
+@pytest.mark.parametrize("lnc,tp", [(2, 32), (1, 64)])
+def test_ultraserver_tp_rows_per_server(lnc, tp):
+    """TP=32 at LNC=2 (TP=64 at LNC=1) on the UltraServer: rows 0+3 and 1+2 of each of
+    its 4 servers' tori, as on a trn2.48xlarge (the node holds 4 servers)."""
+    topo = neuron_mpi.topology("trn2-ultraserver", lnc)
+    g = parallel_groups(topo, tp)
+    server, row = 16 * topo.ranks_per_chip, 4 * topo.ranks_per_chip
+    assert len(g["tp"]) == 8 and all(len(x) == tp for x in g["tp"])
+    for s in range(4):
+        b = s * server
+        assert g["tp"][2 * s] == list(range(b, b + row)) + list(range(b + 3 * row, b + server))
+        assert g["tp"][2 * s + 1] == list(range(b + row, b + 3 * row))
+    assert sorted(r for x in g["dp"] for r in x) == list(range(topo.size))
+    assert all(len(x) == 8 for x in g["dp"])
 
 
 # --- the command ---------------------------------------------------------------------
@@ -99,11 +126,20 @@ def test_cli_accepted_layout_exits_0(capsys):
 
 def test_cli_refused_group_exits_1(capsys):
     code, out, err = call(capsys, "groups", "--instance", "trn1.32xlarge",
-                          "--replica-groups", "[[1,3,5,7,9,11,13,15],[16,17]]")
+                          "--replica-groups", "[[1,3,5,7,9,11,13,15],[16,17,18,19,20,21,22,23]]")
     assert code == 1
     assert "refused  [1, 3, 5, 7, 9, 11, 13, 15]: CC not permitted on this group" in out
-    assert "accepted [16, 17]" in out and "1 group(s) refused" in out
+    assert "accepted [16, 17, 18, 19, 20, 21, 22, 23]" in out and "1 group(s) refused" in out
     assert "optimum-neuron issue 761" in out
+
+
+def test_cli_takes_nccom_tests_replica_groups_file(capsys, tmp_path):
+    f = tmp_path / "g.json"
+    f.write_text(json.dumps({"replica_groups": [[[0, 1], [2, 3]]]}))
+    code, out, err = call(capsys, "groups", "--instance", "trn1.32xlarge",
+                          "--replica-groups", str(f), "--size", "1MB")
+    assert code == 0, err
+    assert "replica_groups: 2 groups of 2, 2 accepted" in out
 
 
 def test_cli_json(capsys, tmp_path):
@@ -122,7 +158,12 @@ def test_cli_json(capsys, tmp_path):
     ((), "exactly one of --tp or --replica-groups"),
     (("--tp", "8", "--replica-groups", "[[0]]"), "exactly one"),
     (("--replica-groups", "[[0,1]]", "--dp", "2"), "--pp and --dp go with --tp"),
-    (("--replica-groups", "[[0,"), "--replica-groups: not valid JSON"),
+    (("--replica-groups", "[[0,"), "--replica-groups: inline JSON is not valid JSON"),
+    (("--replica-groups", "groups.json"), "'groups.json' is neither an existing file nor"),
+    (("--replica-groups", "."), "--replica-groups: cannot read '.'"),
+    (("--replica-groups", "[[0,1],[2,3,4,5]]"), "same size, got sizes 2, 4"),
+    (("--replica-groups", '{"groups": [[0, 1]]}'), "expected a 'replica_groups' entry"),
+    (("--tp", "8", "--pp", "0"), "pp:"),
     (("--tp", "8", "--size", "lots"), "invalid size"),
     (("--tp", "5"), "tp:"),
     (("--tp", "8", "--instance", "trn9"), "trn9"),

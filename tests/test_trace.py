@@ -221,6 +221,8 @@ def test_merge_errors(tmp_path):
     with pytest.raises(nm.InvalidArgumentError, match="not a directory"):
         tl.merge(tmp_path / "nope")
     assert cli_main(["trace", str(tmp_path / "nope"), "-o", str(tmp_path / "x.json")]) == 2
+    # an output that cannot be written is refused before the merge
+    assert cli_main(["trace", str(tmp_path), "-o", str(tmp_path)]) == 2
 
 
 def test_trace_folder_argument():

@@ -12,8 +12,6 @@ command line or a call the library refuses.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
 import sys
 
@@ -24,7 +22,8 @@ from ..errors import NeuronMPIError
 from ..model import workload as W
 from . import report
 from ..vocab import DTYPE_NAMES, REDUCE_OPS, dtype_help
-from .sizes import UsageError, UsageParser, add_size_arguments, sweep
+from .sizes import (UsageError, UsageParser, add_size_arguments, output_path,
+                    replica_groups_arg, sweep)
 
 PROG = "neuron-mpi-bench"
 STEP_FACTOR = 4
@@ -83,11 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also time the native MPI call on the same buffers: adds "
                         "mpi_time(us) and ratio = time / mpi_time")
     o = p.add_argument_group("output")
-    o.add_argument("--report-to-json-file", metavar="FILE", dest="json",
+    o.add_argument("--report-to-json-file", metavar="FILE", dest="json", type=output_path,
                    help="write every row, the command, topology, machine and versions")
-    o.add_argument("--plot", metavar="FILE.png",
+    o.add_argument("--plot", metavar="FILE.png", type=output_path,
                    help="draw busbw against size (needs matplotlib: neuron-mpi[plot])")
-    o.add_argument("--link-stats", metavar="FILE", dest="link_stats",
+    o.add_argument("--link-stats", metavar="FILE", dest="link_stats", type=output_path,
                    help="write every rank's link_stats() (bytes and messages per link "
                         "since init), merged: the input of neuron-mpi topo --heat")
     add_topology_arguments(p, "what the world size needs", " (neuron-mpirun sets them)",
@@ -98,28 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 def load_groups(text: str) -> list[list[int]]:
     """Replica groups from a JSON file path or inline JSON: a list of equal-size
     lists of ranks."""
-    src = text
-    if os.path.isfile(text):
-        with open(text) as f:
-            src = f.read()
-    try:
-        groups = json.loads(src)
-    except json.JSONDecodeError as e:
-        where = f"file {text!r}" if src is not text else "inline JSON"
-        raise UsageError(f"--custom-replica-groups: {where} is not valid JSON ({e.msg} at "
-                         f"line {e.lineno} column {e.colno})") from None
-    if isinstance(groups, dict) and "replica_groups" in groups:
-        groups = groups["replica_groups"]
-    if (not isinstance(groups, list) or not groups
-            or not all(isinstance(g, list) and g for g in groups)
-            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
-                       for g in groups for x in g)):
-        raise UsageError("--custom-replica-groups: expected a non-empty list of non-empty "
-                         f"lists of ranks, e.g. [[0,1,2,3],[4,5,6,7]], got {src.strip()[:80]}")
-    if len({len(g) for g in groups}) != 1:
-        raise UsageError("--custom-replica-groups: every group must have the same size, got "
-                         "sizes " + ", ".join(str(len(g)) for g in groups))
-    return groups
+    return replica_groups_arg(text, "--custom-replica-groups")
 
 
 def parse_args(argv):

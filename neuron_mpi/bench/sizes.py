@@ -1,4 +1,6 @@
-"""Byte sizes with units and the size sweep, as nccom-test / nccl-tests take them.
+"""Byte sizes with units and the size sweep, as nccom-test / nccl-tests take them;
+the command-line helpers the bench, model and ``neuron-mpi`` commands share (usage
+errors, JSON arguments).
 
 Units are binary, as nccom-test's: ``8``, ``8b``, ``2kb`` = ``2k`` = ``2KiB`` = 2048,
 ``1MB`` = ``1M`` = 1048576, ``1GB`` = 2**30 (case-insensitive).
@@ -7,6 +9,8 @@ Pure (no MPI): the model's command line uses it too.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10,
@@ -71,6 +75,78 @@ class UsageParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+def output_path(text):
+    """argparse type for a file the command will write (a report, a plot, a trace;
+    missing folders are made): checked when the command line is read, so that a path
+    that cannot be written fails before any work, not after it."""
+    path = os.path.abspath(os.path.expanduser(text))
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{text!r} is a directory, not a file")
+    folder = os.path.dirname(path)
+    while not os.path.exists(folder):  # the folders the writer will make
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: {folder!r} is not a "
+                                         "directory")
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path)
+                                                    and not os.access(path, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: permission denied")
+    return text
+
+
+def json_arg(text: str, flag: str):
+    """The JSON of a command-line argument that is a file's path or the JSON itself."""
+    if os.path.exists(text):
+        try:
+            with open(text) as f:
+                src = f.read()
+        except OSError as e:
+            raise UsageError(f"{flag}: cannot read {text!r}: {e.strerror}") from None
+        where = f"file {text!r}"
+    else:
+        src, where = text, "inline JSON"
+    try:
+        return json.loads(src)
+    except ValueError as e:
+        msg = getattr(e, "msg", str(e))
+        pos = f" at line {e.lineno} column {e.colno}" if hasattr(e, "lineno") else ""
+        if where == "inline JSON" and not src.lstrip().startswith(("[", "{")):
+            raise UsageError(f"{flag}: {text!r} is neither an existing file nor JSON text "
+                             f"({msg}{pos})") from None
+        raise UsageError(f"{flag}: {where} is not valid JSON ({msg}{pos})") from None
+
+
+def json_list(data, key: str, flag: str) -> list:
+    """A list from nccom-test's files, which wrap it as {key: [list]} (or {key: list});
+    a plain list is taken as is."""
+    if isinstance(data, dict):
+        if key not in data:
+            raise UsageError(f"{flag}: expected a {key!r} entry")
+        data = data[key]
+        if isinstance(data, list) and len(data) == 1 and isinstance(data[0], list) \
+                and data[0] and isinstance(data[0][0], list):
+            data = data[0]
+    if not isinstance(data, list):
+        raise UsageError(f"{flag}: expected a list, got {type(data).__name__}")
+    return data
+
+
+def replica_groups_arg(text: str, flag: str) -> list[list[int]]:
+    """Replica groups from a JSON file path or inline JSON (a list of lists of ranks,
+    or nccom-test's {"replica_groups": ...}), all of one size; the ranks' range is the
+    caller's to check."""
+    groups = json_list(json_arg(text, flag), "replica_groups", flag)
+    if (not groups or not all(isinstance(g, list) and g for g in groups)
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                       for g in groups for x in g)):
+        raise UsageError(f"{flag}: expected a non-empty list of non-empty lists of ranks, "
+                         f"e.g. [[0,1,2,3],[4,5,6,7]], got {json.dumps(groups)[:80]}")
+    if len({len(g) for g in groups}) != 1:
+        raise UsageError(f"{flag}: every group must have the same size, got sizes "
+                         + ", ".join(str(len(g)) for g in groups))
+    return groups
 
 
 def size_arg(text):

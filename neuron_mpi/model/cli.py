@@ -17,7 +17,8 @@ from ..cli import add_topology_arguments
 from ..algorithms.registry import add_argument as add_algorithm_argument
 from ..errors import NeuronMPIError
 from ..bench import report
-from ..bench.sizes import UsageError, UsageParser, add_size_arguments, sweep
+from ..bench.sizes import (UsageError, UsageParser, add_size_arguments, json_arg, json_list,
+                           output_path, replica_groups_arg, sweep)
 from ..vocab import REDUCE_OPS, dtype_help
 from .workload import ops_help
 
@@ -55,10 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runtime", metavar="GEN",
                    help="runtime generation whose fixed costs apply: 2023, 2025 or 2026 "
                         "(default 2026; docs/model.md)")
-    p.add_argument("--plot", metavar="FILE.png", help="draw busbw against size")
-    p.add_argument("--report-to-json-file", metavar="FILE", dest="json",
+    p.add_argument("--plot", metavar="FILE.png", type=output_path,
+                   help="draw busbw against size")
+    p.add_argument("--report-to-json-file", metavar="FILE", dest="json", type=output_path,
                    help="write the rows and the parameters as JSON")
-    p.add_argument("--trace", metavar="FILE.json",
+    p.add_argument("--trace", metavar="FILE.json", type=output_path,
                    help="write the modeled run as a timeline (trace-event JSON for "
                         "ui.perfetto.dev): one call per size, back to back; "
                         "docs/trace.md")
@@ -67,46 +69,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _json_arg(text, flag):
-    import json
-    import os
-
-    try:
-        if os.path.exists(text):
-            with open(text) as f:
-                return json.load(f)
-        return json.loads(text)
-    except (OSError, ValueError) as e:
-        raise UsageError(f"{flag}: not a JSON file or JSON text ({e})") from None
-
-
-def _unwrap(data, key, flag):
-    """nccom-test's files wrap the list: {key: [list]}; a plain list is taken as is."""
-    if isinstance(data, dict):
-        if key not in data:
-            raise UsageError(f"{flag}: expected a {key!r} entry")
-        data = data[key]
-        if isinstance(data, list) and len(data) == 1 and isinstance(data[0], list) \
-                and data[0] and isinstance(data[0][0], list):
-            data = data[0]
-    if not isinstance(data, list):
-        raise UsageError(f"{flag}: expected a list, got {type(data).__name__}")
-    return data
-
-
 def extras(args) -> dict:
     """predict's groups / pairs / send_counts from the command line."""
     kw = {}
     if args.groups:
-        kw["groups"] = _unwrap(_json_arg(args.groups, "--custom-replica-groups"),
-                               "replica_groups", "--custom-replica-groups")
+        kw["groups"] = replica_groups_arg(args.groups, "--custom-replica-groups")
     if args.pairs:
-        kw["pairs"] = _unwrap(_json_arg(args.pairs, "--custom-src-target-pairs"),
-                              "src_target_pairs", "--custom-src-target-pairs")
+        kw["pairs"] = json_list(json_arg(args.pairs, "--custom-src-target-pairs"),
+                                "src_target_pairs", "--custom-src-target-pairs")
     if args.counts:
-        data = _json_arg(args.counts, "--variable-size-op-metadata")
+        data = json_arg(args.counts, "--variable-size-op-metadata")
         if isinstance(data, dict):
-            meta = _unwrap(data, "metadata", "--variable-size-op-metadata")
+            meta = json_list(data, "metadata", "--variable-size-op-metadata")
             try:
                 rows = [m["send_counts"] for m in meta]
             except (TypeError, KeyError):
@@ -253,6 +227,9 @@ def main(argv=None) -> int:
     except BrokenPipeError:
         sys.stdout = None
         return 0
+    except OSError as e:  # a report, plot or trace that could not be written
+        sys.stderr.write(f"{PROG}: error: {e}\n")
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -54,7 +54,7 @@ class Topology:
         if lnc not in spec.lnc_values:
             raise TopologyError(
                 f"lnc: {instance} supports LNC " + " or ".join(map(str, spec.lnc_values))
-                + f", got {lnc}")
+                + f", got {lnc!r}")
         if not isinstance(nodes, int) or nodes < 1:
             raise TopologyError(f"nodes: expected a positive integer, got {nodes!r}")
         if nodes > 1 and spec.efa is None:
@@ -72,10 +72,10 @@ class Topology:
         full = nodes * self.ranks_per_node
         if ranks is None:
             ranks = full
-        if ranks < 1 or ranks > full:
+        if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1 or ranks > full:
             raise TopologyError(
                 f"ranks: {nodes} x {instance} at LNC={lnc} holds 1..{full} ranks, "
-                f"got {ranks}")
+                f"got {ranks!r}")
         if nodes > 1 and ranks != full:
             raise TopologyError(
                 f"ranks: a job over {nodes} nodes of {instance} must fill every node "

@@ -419,6 +419,64 @@ def test_concurrent_groups_share_links_and_are_priced_together():
         predict("all_reduce", 1024, instance="trn2.48xlarge", groups=[[0, 1], [2, 3, 4]])
 
 
+def test_concurrent_permutes_each_go_round_their_own_ring():
+    """A permute of concurrent groups without pairs sends along each group's own
+    ring, as the group alone does: never cheaper than its dearest group alone, and
+    the same in any order of the groups."""
+    a, b = [14, 8, 12, 6], [20, 2, 18, 4]
+    both = predict("permute", 1 << 20, instance="inf2.48xlarge", groups=[a, b])
+    rev = predict("permute", 1 << 20, instance="inf2.48xlarge", groups=[b, a])
+    alone = [predict("permute", 1 << 20, instance="inf2.48xlarge", groups=[g]).time_us
+             for g in (a, b)]
+    assert alone[0] != alone[1]
+    assert both.time_us == pytest.approx(rev.time_us, rel=1e-12)
+    assert both.time_us >= max(alone) * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(nbytes=0), "nbytes: expected an integer >= 1, got 0"),
+    (dict(nbytes=-1), "nbytes: expected an integer >= 1, got -1"),
+    (dict(nbytes="1MB"), "nbytes: expected an integer, got '1MB'"),
+    (dict(nbytes=None), "nbytes: expected an integer, got None"),
+    (dict(ranks=1.5), "ranks: expected an integer, got 1.5"),
+    (dict(ranks="8"), "ranks: expected an integer, got '8'"),
+    (dict(lnc="2"), "lnc: .* got '2'"),
+    (dict(groups=[]), "groups: expected at least one replica group"),
+    (dict(groups=[[0, 0]]), "groups: rank 0 appears twice in group 0"),
+    (dict(op="alltoallv", ranks=4, send_counts=[1.5, 2, 3, 4]),
+     r"send_counts\[0\]: expected an integer, got 1.5"),
+    (dict(op="alltoallv", ranks=4, send_counts=[True, 2, 3, 4]),
+     r"send_counts\[0\]: expected an integer, got True"),
+    (dict(op="alltoallv", ranks=4, send_counts="1234"), "send_counts: expected a list"),
+    (dict(op="all_gather_v", ranks=2, send_counts=[-1, 2]), r"send_counts\[0\]: .* >= 0"),
+])
+def test_predict_bad_arguments_name_the_argument(kw, match):
+    kw = {"op": "all_reduce", "nbytes": 1 << 20, "instance": "trn2.48xlarge", **kw}
+    with pytest.raises(ValueError, match=match):
+        predict(kw.pop("op"), kw.pop("nbytes"), **kw)
+
+
+def test_a_group_of_one_has_no_bandwidth_to_show():
+    p = predict("all_reduce", 1 << 20, instance="trn2.48xlarge", ranks=1)
+    assert p.time_us == 0 and p.algbw == 0 and p.busbw == 0
+    q = predict("all_reduce", 1 << 20, instance="trn2.48xlarge", groups=[[0], [1]])
+    assert q.algbw == 0
+
+
+@pytest.mark.parametrize("flag", ["--report-to-json-file", "--trace", "--plot"])
+def test_model_cli_output_that_cannot_be_written_is_a_usage_error(tmp_path, capsys, flag):
+    f = tmp_path / "a_file"
+    f.write_text("")
+    for bad, why in ((f / "x.out", "is not a directory"), (tmp_path, "is a directory")):
+        assert model_main(["allr", "-b", "1kb", "-e", "1kb", flag, str(bad)]) == 2
+        cap = capsys.readouterr()
+        assert cap.out == "" and f"argument {flag}: " in cap.err and why in cap.err
+    # missing folders are made
+    out = tmp_path / "new" / "m.json"
+    assert model_main(["allr", "-b", "1kb", "-e", "1kb", "--report-to-json-file",
+                       str(out)]) == 0 and out.is_file()
+
+
 def test_permute_pairs_and_alltoallv_counts():
     ring = predict("permute", 1 << 20, instance="trn2.48xlarge", ranks=8)
     same_chip = predict("permute", 1 << 20, instance="trn2.48xlarge", ranks=8,

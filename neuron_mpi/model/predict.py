@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from .. import catalog as cat
 from ..algorithms.group import GroupView
 from ..algorithms.select import choose, schedule_for
-from ..errors import TopologyError
+from ..errors import InvalidArgumentError, TopologyError
 from ..schedule import CallRecord
 from ..topology import Topology, resolve
 from ..vocab import REDUCE_OPS
@@ -52,6 +52,10 @@ def group_view(instance=None, lnc=None, nodes=None, ranks=None) -> GroupView:
     On one node a smaller ``ranks`` is a world of the first ``ranks`` cores (what
     ``neuron-mpirun -n ranks`` runs); across nodes it is the first ranks/nodes cores
     of every node (the symmetric group the hardware requires)."""
+    from .. import validate as V
+
+    if ranks is not None:
+        ranks = V.integer(ranks, "ranks", lo=1)
     instance, lnc, nodes = resolve(instance, lnc, nodes)
     probe = Topology(instance, lnc, 1)
     rpn = probe.ranks_per_node
@@ -90,8 +94,8 @@ def _avg(wl: Workload, op_reduce: str) -> bool:
 
 
 def _prediction(view_size, wl, algo, dtype_name, topo, cost) -> Prediction:
-    t = max(cost.time_us, 1e-9)
-    algbw = wl.size / (t * 1e3)
+    # (a call that costs nothing, as a group of one does, has no bandwidth to show)
+    algbw = wl.size / (cost.time_us * 1e3) if cost.time_us > 0 else 0.0
     try:
         factor = bus_factor(wl.op, view_size)
     except ValueError:  # broadcast, barrier
@@ -182,18 +186,23 @@ def predict_groups(op, nbytes, groups, instance=None, lnc=None, nodes=None,
     instance, lnc, nodes = resolve(instance, lnc, nodes)
     topo = Topology(instance, lnc, nodes or 1)
     groups = V.replica_groups(groups, topo.size, "groups")
+    if not groups:
+        raise InvalidArgumentError("groups: expected at least one replica group, got none")
     if len({len(g) for g in groups}) != 1:
         raise TopologyError("groups: every replica group must have the same size, got "
                             + ", ".join(str(len(g)) for g in groups))
     views = [GroupView(topo, g) for g in groups]
     r = views[0].size
-    wl = _workload(op, nbytes, r, dt.itemsize, views[0], pairs, send_counts)
+    # (a permute without pairs sends along each group's own ring: the groups' rings
+    # differ in their orders of group indices)
+    wls = [_workload(op, nbytes, r, dt.itemsize, v, pairs, send_counts) for v in views]
+    wl = wls[0]
     avg = _avg(wl, op_reduce)
     algos, scheds = [], []
-    for v in views:
-        a = choose(wl.sched_op, v, algorithm, wl.size)
+    for v, w in zip(views, wls):
+        a = choose(w.sched_op, v, algorithm, w.size)
         algos.append(a)
-        scheds.append(schedule_for(v, wl.sched_op, a, wl.sizes, avg, wl.extra))
+        scheds.append(schedule_for(v, w.sched_op, a, w.sizes, avg, w.extra))
     world = GroupView(topo, range(topo.size))
     merged = _world_schedule(scheds, views, topo.size)
     floor_us, step_us = max(_runtime_costs(v, op, runtime) for v in views)
@@ -209,12 +218,14 @@ def _workload(op, nbytes, r, itemsize, view, pairs, send_counts) -> Workload:
         if op not in ("permute", "sendrecv"):
             raise ValueError(f"pairs: only for permute and sendrecv, not {op}")
         pairs = V.pairs(pairs, r, "pairs")
+        V.integer(nbytes, "nbytes", lo=1)
         return workload_pairs(op, nbytes, r, itemsize, pairs)
     if send_counts is not None:
         if op not in ("alltoallv", "all_gather_v", "reduce_scatter_v"):
             raise ValueError(f"send_counts: only for alltoallv, all_gather_v and "
                              f"reduce_scatter_v, not {op}")
         return workload_counts(op, r, itemsize, send_counts)
+    V.integer(nbytes, "nbytes", lo=1)
     ring = view.rings[0] if op == "permute" else None
     return workload(op, nbytes, r, itemsize, ring)
 

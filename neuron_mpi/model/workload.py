@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import InvalidArgumentError
+
 #: bench op name -> (schedule op, bus factor kind, reduces)
 _TABLE = {
     "all_reduce": ("all_reduce", "allreduce", True),
@@ -179,15 +181,10 @@ def workload_pairs(op: str, nbytes: int, r: int, itemsize: int, pairs) -> Worklo
 
 
 def _counts(name, values, n):
-    try:
-        out = [int(v) for v in values]
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected a list of element counts, got {values!r}") from None
-    if len(out) != n:
-        raise ValueError(f"{name}: expected {n} counts, got {len(out)}")
-    if any(v < 0 for v in out):
-        raise ValueError(f"{name}: counts must be >= 0, got {out}")
-    return tuple(out)
+    """``n`` element counts (integers >= 0), checked as the communicator checks them."""
+    from ..validate import counts
+
+    return counts(values, n, name)
 
 
 def workload_counts(op: str, r: int, itemsize: int, send_counts) -> Workload:
@@ -198,6 +195,9 @@ def workload_counts(op: str, r: int, itemsize: int, send_counts) -> Workload:
     r lists, one per rank. all_gather_v / reduce_scatter_v: one count for every
     member, or r counts."""
     op = canonical_op(op)
+    if isinstance(send_counts, (str, bytes)) or not isinstance(send_counts, (int, list, tuple)):
+        raise InvalidArgumentError(f"send_counts: expected a list of element counts, got "
+                                   f"{send_counts!r}")
     sc = list(send_counts) if not isinstance(send_counts, int) else [send_counts]
     if op == "alltoallv":
         if sc and all(isinstance(x, (list, tuple)) for x in sc):

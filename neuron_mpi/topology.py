@@ -334,15 +334,34 @@ def resolve(instance=None, lnc=None, nodes=None) -> tuple[str, int, int | None]:
     NEURON_MPI_NODES), else trn2.48xlarge at its default LNC. nodes may stay None
     (decided by the world size)."""
     if instance is None:
-        instance = env.instance() or cat.DEFAULT_INSTANCE
+        instance = env.instance()
+        if instance is None:
+            instance = cat.DEFAULT_INSTANCE
+        else:
+            _from_env("NEURON_MPI_INSTANCE", cat.instance_spec, instance)
     spec = cat.instance_spec(instance)
     if lnc is None:
         lnc = env.lnc()
         if lnc is None:
             lnc = spec.default_lnc
+        elif lnc not in spec.lnc_values:
+            raise TopologyError(f"NEURON_LOGICAL_NC_CONFIG: {spec.name} supports LNC "
+                                + " or ".join(map(str, spec.lnc_values)) + f", got {lnc}")
     if nodes is None:
         nodes = env.nodes()
+        if nodes is not None and nodes < 1:
+            raise TopologyError(f"NEURON_MPI_NODES: expected a positive integer, got {nodes}")
     return instance, lnc, nodes
+
+
+def _from_env(var, check, value):
+    """``check(value)``, its error starting with the variable's name (in place of the
+    argument's)."""
+    try:
+        check(value)
+    except TopologyError as e:
+        head, sep, rest = str(e).partition(": ")
+        raise TopologyError(f"{var}: {rest if sep and ' ' not in head else e}") from None
 
 
 def topology(instance=None, lnc=None, nodes=None, ranks=None) -> Topology:

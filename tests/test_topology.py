@@ -219,10 +219,12 @@ def test_args_override_env(monkeypatch):
     ({"instance": "trn2.48xlarge", "ranks": 100}, {}, "ranks"),
     ({"instance": "trn2.48xlarge", "nodes": 1, "ranks": 65}, {}, "ranks"),
     ({"instance": "trn2.48xlarge", "ranks": 0}, {}, "ranks"),
-    ({}, {"NEURON_MPI_INSTANCE": "nope"}, "instance"),
+    # a variable's value: its name (docs/api.md), not an argument's never passed
+    ({}, {"NEURON_MPI_INSTANCE": "nope"}, "NEURON_MPI_INSTANCE: unknown instance 'nope'"),
     ({}, {"NEURON_LOGICAL_NC_CONFIG": "two"}, "NEURON_LOGICAL_NC_CONFIG"),
-    ({}, {"NEURON_LOGICAL_NC_CONFIG": "3"}, "lnc"),
+    ({}, {"NEURON_LOGICAL_NC_CONFIG": "3"}, "NEURON_LOGICAL_NC_CONFIG: trn2.48xlarge supports"),
     ({}, {"NEURON_MPI_NODES": "x"}, "NEURON_MPI_NODES"),
+    ({}, {"NEURON_MPI_NODES": "-1"}, "NEURON_MPI_NODES: expected a positive integer, got -1"),
 ])
 def test_bad_configuration_names_the_argument(monkeypatch, kwargs, env, needle):
     for k, v in env.items():

@@ -27,7 +27,7 @@ class GroupKind:
     kind: str  # "tp", "dp", "pp" or "replica_groups"
     groups: list
     verdicts: list  # Verdict per group
-    times_us: dict = field(default_factory=dict)  # op -> modeled time of the first group
+    times_us: dict = field(default_factory=dict)  # op -> modeled time, all groups at once
     algorithms: dict = field(default_factory=dict)  # op -> algorithm the model priced
 
     @property
@@ -140,8 +140,8 @@ def check_layout(instance=None, lnc=None, nodes=None, tp=None, pp=1, dp=None,
                  dtype="fp32") -> LayoutReport:
     """Check a TP x DP x PP layout (``tp``, ``pp``, ``dp``) or explicit
     ``replica_groups`` (a list of lists of world ranks) against the hardware's group
-    rules, and model an all-reduce and an all-gather of ``size`` bytes on the first
-    group of each kind. Raises InvalidArgumentError / TopologyError for bad
+    rules, and model an all-reduce and an all-gather of ``size`` bytes on each kind's
+    groups, all at once. Raises InvalidArgumentError / TopologyError for bad
     arguments; a refused group is reported, not raised."""
     topo = topology(instance, lnc, nodes)
     if (tp is None) == (replica_groups is None):
@@ -157,12 +157,13 @@ def check_layout(instance=None, lnc=None, nodes=None, tp=None, pp=1, dp=None,
     for kind, groups in kinds.items():
         gk = GroupKind(kind, groups, [verdict(topo, g) for g in groups])
         if model and len(groups[0]) > 1:
-            from .algorithms.group import GroupView
             from .model.predict import predict
 
-            view = GroupView(topo, groups[0])
+            # every group of the kind at once, as a step of the program runs them:
+            # they share links, NICs and HBM (the time is the slowest group's)
             for op in MODELED_OPS:
-                p = predict(op, size, dtype=dtype, view=view)
+                p = predict(op, size, topo.instance, topo.lnc, topo.nodes, dtype=dtype,
+                            groups=groups)
                 gk.times_us[op] = p.time_us
                 gk.algorithms[op] = p.algorithm
         out.append(gk)

@@ -31,10 +31,17 @@ def test_trn1_8x4_layout_accepted_and_modeled():
     assert kinds["tp"].groups[1] == list(range(8, 16))
     topo = neuron_mpi.topology("trn1.32xlarge")
     for k in rep.kinds:
-        want = predict("all_reduce", 1 << 20, view=GroupView(topo, k.groups[0]))
+        # all the kind's groups at once: never less than one of them alone
+        want = predict("all_reduce", 1 << 20, "trn1.32xlarge", groups=k.groups)
+        alone = predict("all_reduce", 1 << 20, view=GroupView(topo, k.groups[0]))
         assert k.times_us["all_reduce"] == pytest.approx(want.time_us)
+        assert k.times_us["all_reduce"] >= alone.time_us * (1 - 1e-12)
         assert k.algorithms["all_reduce"] == want.algorithm
         assert k.times_us["all_gather"] > 0
+    # the 8 DP groups' rings share the column links: dearer together than alone
+    dp = kinds["dp"]
+    alone = predict("all_reduce", 1 << 20, view=GroupView(topo, dp.groups[0]))
+    assert dp.times_us["all_reduce"] > 1.1 * alone.time_us
 
 
 def test_refused_group_is_reported_with_the_runtime_message():

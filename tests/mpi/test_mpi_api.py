@@ -71,6 +71,7 @@ def test_async_with_sync_call_in_between(comm):
     assert_same(h.wait(), want, "async all_reduce")
 
 
+@_small_world_only
 def test_calls_of_one_shape_share_its_plan_and_scratch(comm):
     """Repeated blocking calls of one shape reuse what the first worked out (the
     algorithm, plan, fingerprint and the compiled run's scratch), with new data
@@ -228,6 +229,7 @@ def test_an_async_call_behind_one_that_times_out_fails_too(comm):
         comm.barrier()  # (every rank, whatever failed above)
 
 
+@_small_world_only
 def test_a_lone_blocking_call_builds_no_execution(comm, executions_made):
     """On shared memory a blocking call with nothing else of the rank in flight is
     one compiled run on the calling thread (Communicator._run_alone), with no
@@ -726,6 +728,7 @@ def _can_read(comm, peer_pid, addr):
     return n == 8, int(got[0])
 
 
+@_small_world_only  # (a domain's reads do not depend on its size: 13 s at 64 ranks)
 def test_large_copies_are_read_from_the_senders_buffer(comm):
     """Where ranks of a domain can read each other's memory (process_vm_readv,
     checked here on its own), the engine enables one-copy reads of large copied

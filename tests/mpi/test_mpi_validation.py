@@ -117,6 +117,12 @@ def settled(comm):
     comm.barrier()
 
 
+# the process's own bookkeeping (kept calls, checks of repeats), the same in any
+# topology: small worlds only
+_small_world_only = pytest.mark.skipif(
+    WORLD_HINT > SMALL_WORLD, reason=f"topology-independent; runs at up to {SMALL_WORLD} ranks")
+
+
 def _first_of_each_op(items, op=lambda item: item.split("-")[0]):
     """Above SMALL_WORLD ranks (mpi_helpers), the first case of each operation: the
     checks do not depend on the topology, and each case costs every rank a round."""
@@ -410,12 +416,13 @@ def _repeated(comm, op):
     return x, out, (lambda **kw: getattr(comm, op)(x, out=out, **kw)), want
 
 
-# the kept call is this process's own bookkeeping: every operation in small worlds,
-# one above (each case is a dozen barriers and calls: 5 s at 64 ranks)
+# the kept call is this process's own bookkeeping, the same in any topology: small
+# worlds only (each case is a dozen barriers and calls: 5-11 s at 64 ranks)
 _REPEATED = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "permute")
 
 
-@pytest.mark.parametrize("op", _REPEATED if WORLD_HINT <= SMALL_WORLD else _REPEATED[:1])
+@_small_world_only
+@pytest.mark.parametrize("op", _REPEATED)
 def test_a_repeated_call_is_validated_again_when_anything_changed(comm, settled, op,
                                                                   monkeypatch):
     """A call repeating the previous one on the same arrays skips its validation
@@ -567,6 +574,7 @@ def _compiled_p2p(comm, dst, nsend, src, nrecv) -> bool:
     return kept is not None and kept[0].native is not None
 
 
+@_small_world_only
 @pytest.mark.mpi(min_size=2)
 def test_a_repeated_sendrecv_and_recv_are_validated_again_when_anything_changed(
         comm, settled, monkeypatch):
@@ -665,6 +673,7 @@ def test_a_repeated_sendrecv_and_recv_are_validated_again_when_anything_changed(
     assert xref() is None and oref() is None, "a kept sendrecv holds its arrays"
 
 
+@_small_world_only
 @pytest.mark.mpi(min_size=2)
 def test_a_send_up_to_a_slot_returns_once_copied_and_repeats_checked(comm, settled,
                                                                       monkeypatch):

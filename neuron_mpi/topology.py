@@ -332,14 +332,21 @@ class Topology:
 def resolve(instance=None, lnc=None, nodes=None) -> tuple[str, int, int | None]:
     """Arguments, else env (NEURON_MPI_INSTANCE, NEURON_LOGICAL_NC_CONFIG,
     NEURON_MPI_NODES), else trn2.48xlarge at its default LNC. nodes may stay None
-    (decided by the world size)."""
+    (decided by the world size).
+
+    The variables' LNC and nodes belong to the variables' instance: an ``instance``
+    argument naming another one (a program asking for trn1.32xlarge under a
+    launcher that set up trn2.48xlarge) takes its own defaults instead."""
+    env_instance = env.instance()
     if instance is None:
-        instance = env.instance()
+        instance = env_instance
         if instance is None:
             instance = cat.DEFAULT_INSTANCE
         else:
             _from_env("NEURON_MPI_INSTANCE", cat.instance_spec, instance)
     spec = cat.instance_spec(instance)
+    if env_instance is not None and env_instance != instance:
+        return instance, spec.default_lnc if lnc is None else lnc, nodes
     if lnc is None:
         lnc = env.lnc()
         if lnc is None:

@@ -208,6 +208,24 @@ def test_args_override_env(monkeypatch):
     assert (t.instance, t.lnc, t.nodes, t.size) == ("trn2-ultraserver", 2, 1, 256)
 
 
+def test_another_instance_than_the_variables_takes_its_own_defaults(monkeypatch):
+    """neuron-mpirun sets up trn2.48xlarge (LNC 2, 1 node); a program asking for
+    trn1.32xlarge by argument takes trn1's LNC and the nodes its world needs, not the
+    variables', which belong to their instance."""
+    from neuron_mpi.topology import resolve
+
+    for k, v in {"NEURON_MPI_INSTANCE": "trn2.48xlarge", "NEURON_LOGICAL_NC_CONFIG": "2",
+                 "NEURON_MPI_NODES": "1"}.items():
+        monkeypatch.setenv(k, v)
+    assert resolve("trn1.32xlarge") == ("trn1.32xlarge", 1, None)
+    assert neuron_mpi.topology("trn1.32xlarge", ranks=64).nodes == 2
+    assert resolve("trn1.32xlarge", nodes=2) == ("trn1.32xlarge", 1, 2)
+    # the same instance: the variables apply
+    assert resolve("trn2.48xlarge") == ("trn2.48xlarge", 2, 1)
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "1")
+    assert resolve("trn2.48xlarge") == ("trn2.48xlarge", 1, 1)
+
+
 @pytest.mark.parametrize("kwargs,env,needle", [
     ({"instance": "trn9.huge"}, {}, "instance"),
     ({"instance": "trn2.48xlarge", "lnc": 3}, {}, "lnc"),

@@ -117,6 +117,26 @@ def test_parse_args_defaults_and_options(tmp_path):
         1024, 2048, 3072]
 
 
+@pytest.mark.parametrize("argv,check,op", [
+    (["allr", "-c"], "random", "all_reduce"),  # nccom-test: -c alone checks random
+    (["-c", "allg"], "random", "all_gather"),  # its page: "--check allg"
+    (["--check", "-d", "fp32", "allg"], "random", "all_gather"),
+    (["allr", "-c", "ALL_ONES"], "all_ones", "all_reduce"),
+    (["allr", "--check", "all_ones"], "all_ones", "all_reduce"),
+    (["allgv", "-c", "random"], "random", "all_gather_v"),
+    (["all_gatherv"], None, "all_gather_v"),
+])
+def test_nccom_tests_check_flag_and_spellings(argv, check, op):
+    opts, _ = parse_args(argv)
+    assert (opts.check, opts.op) == (check, op)
+
+
+def test_nccom_tests_seed_nworkers_and_fp8e4():
+    opts, _ = parse_args(["-r", "8", "allr", "-c", "--seed", "7", "-d", "fp8e4"])
+    assert (opts.nworkers, opts.seed, opts.check, opts.dtype) == (8, 7, "random", "fp8_e4m3")
+    assert parse_args(["allr"])[0].seed is None
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["all_smash"], "unknown operation"),
     (["allr", "-b", "1x"], "invalid size"),
@@ -137,6 +157,11 @@ def test_parse_args_defaults_and_options(tmp_path):
     (["allr", "--report-to-json-file", "."], "argument --report-to-json-file: '.' is a dir"),
     (["allr", "--plot", "/"], "argument --plot: '/' is a directory"),
     (["allr", "--link-stats", "/dev/null/x"], "'/dev/null' is not a directory"),
+    (["allr", "--report-to-json-file", "/proc/x.json"], "cannot write '/proc/x.json': No such"),
+    (["allr", "--plot", "x.txt"], "matplotlib writes png"),
+    (["allr", "--seed", "3"], "--seed: seeds the random check data"),
+    (["allr", "-c", "all_ones", "--seed", "3"], "--seed"),
+    (["allr", "-r", "0"], "-r/--nworkers"),
     (["allr", "--bogus"], "unrecognized arguments"),
     ([], "required"),
 ])
@@ -214,6 +239,11 @@ def test_report_schema(tmp_path):
                               mpi_library="Open MPI", wrong=0)
     _check_report_schema(rep)
     assert rep["ok"] and rep["topology"]["ranks"] == 8
+    # nccom-test's "results", its columns' names as keys
+    (res,) = rep["results"]
+    assert res == {"size(B)": ROW["size"], "count(elems)": ROW["count"], "type": ROW["type"],
+                   "algbw(GB/s)": ROW["algbw"], "busbw(GB/s)": ROW["busbw"],
+                   "time:avg(us)": ROW["time_us"], "algorithm": ROW["algorithm"]}
     path = tmp_path / "sub" / "r.json"
     report.write_json(str(path), rep)
     assert json.loads(path.read_text()) == json.loads(json.dumps(rep))
@@ -319,6 +349,29 @@ def test_mpi_all_reduce_benchmark(tmp_path):
     assert rep["ok"] and rep["topology"]["ranks"] == 8 and len(rep["rows"]) == 7
     assert "--vs-mpi" in rep["command"]
     assert all(len(r["iteration_times_us"]) == 10 for r in rep["rows"])
+
+
+def test_mpi_errors_reach_every_rank_and_are_printed_once(tmp_path):
+    """Under the launcher a bad command line, a size no host can hold, a -r other
+    than the launch's and a report that cannot be written (/dev/full: accepted when
+    the command line is read, full when written) each end the job with status 2
+    and one line from rank 0 (printed before the other ranks leave), no traceback,
+    no hang; a -r that agrees and a --seed run."""
+    script = str(Path(sys.executable).parent / "neuron-mpi-bench")
+    for args, needle in (
+            (["allr", "-d", "foo"], "-d/--datatype"),
+            (["allr", "-b", "1TB", "-e", "1TB"], "-e/--maxbytes: 1024GB needs"),
+            (["allr", "-r", "3", "-b", "1kb", "-e", "1kb"], "-r/--nworkers: 3 ranks asked"),
+            (["allr", "-b", "1kb", "-e", "1kb", "-n", "1", "-w", "0",
+              "--report-to-json-file", "/dev/full"], "--report-to-json-file: [Errno 28]")):
+        res = _launch(args, ranks=4, timeout=120, program=[script])
+        assert res.returncode == 2, (args, res.stdout + res.stderr)
+        assert res.stderr.count(f"neuron-mpi-bench: error: {needle}") == 1, (args, res.stderr)
+        assert "Traceback" not in res.stderr + res.stdout
+    res = _launch(["-r", "4", "allr", "-b", "1kb", "-e", "1kb", "-n", "1", "-w", "0", "-c",
+                   "--seed", "11"], ranks=4, timeout=120, program=[script])
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "check random" in res.stdout and "# Out of bounds values : 0 OK" in res.stdout
 
 
 def test_mpi_corrupted_result_fails():

@@ -393,6 +393,8 @@ def test_model_cli_json_and_params(tmp_path, capsys):
     rep = json.loads(out.read_text())
     assert rep["topology"]["ranks"] == 8
     assert [r["size"] for r in rep["rows"]] == [1024, 2048, 4096]
+    assert [r["size(B)"] for r in rep["results"]] == [1024, 2048, 4096]
+    assert rep["results"][0]["time:avg(us)"] == rep["rows"][0]["time_us"]
     assert {p["link"] for p in rep["parameters"]} >= {"intra-chip", "neuronlink", "hbm"}
 
 

@@ -3,17 +3,18 @@
     neuron-mpirun -n 8 python -m neuron_mpi.bench all_reduce -b 1kb -e 4MB -f 4 \\
         -c random --vs-mpi
 
-Options are nccom-test's (-b -e -f -i -n -w -d -c --show-algorithm
+Options are nccom-test's (-r -b -e -f -i -n -w -d -c [MODE] --seed --show-algorithm
 --custom-replica-groups --report-to-json-file -t), nccl-tests' -o, and ours
 (--instance --lnc --nodes --algorithm --vs-mpi --plot). Rank 0 prints one row per
 size as it finishes. Exit status: 0, 1 when a checked value is wrong, 2 for a bad
-command line or a call the library refuses.
+command line or a call the library refuses (one line from rank 0, every rank exits).
 """
 from __future__ import annotations
 
 import argparse
 import re
 import sys
+import time
 
 from .. import env
 from ..cli import add_topology_arguments
@@ -22,7 +23,7 @@ from ..errors import NeuronMPIError
 from ..model import workload as W
 from . import report
 from ..vocab import DTYPE_NAMES, REDUCE_OPS, dtype_help
-from .sizes import (UsageError, UsageParser, add_size_arguments, output_path,
+from .sizes import (UsageError, UsageParser, add_size_arguments, output_path, plot_path,
                     replica_groups_arg, sweep)
 
 PROG = "neuron-mpi-bench"
@@ -30,6 +31,8 @@ STEP_FACTOR = 4
 DTYPE_CHOICES = DTYPE_NAMES
 REDOPS = REDUCE_OPS
 _STATS = re.compile(r"^(avg|p(\d+(\.\d+)?))$")
+CHECK_MODES = ("random", "all_ones")
+CHECK_FLAGS = ("-c", "--check")
 
 
 def _at_least(low: int, what: str):
@@ -58,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                "-e 4MB -f 4 -c random --vs-mpi. Sizes take units (8, 2kb, 1MB, 64M; "
                "1kb = 1024). Exit status: 0 ok, 1 wrong values, 2 usage error.")
     p.add_argument("op", metavar="OP", help=W.ops_help())
+    p.add_argument("-r", "--nworkers", type=_positive, metavar="N",
+                   help="nccom-test's number of ranks: here the launch's (neuron-mpirun "
+                        "-n N); checked against it when given")
     add_size_arguments(p.add_argument_group("sizes"), 1 << 10, 1 << 20, STEP_FACTOR)
     r = p.add_argument_group("runs")
     r.add_argument("-n", "--iters", type=_positive, default=10, metavar="N",
@@ -68,7 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--op", dest="redop", default="sum", metavar="OP",
                    help=f"reduction: {', '.join(REDOPS)} or all (default sum)")
     r.add_argument("-c", "--check", metavar="MODE",
-                   help="check results on extra iterations: random or all_ones")
+                   help="check results on extra iterations: random (the default when -c "
+                        "comes alone, as in nccom-test) or all_ones")
+    r.add_argument("--seed", type=int, metavar="N",
+                   help="seed of the random check data (default 24301)")
     r.add_argument("-t", "--stats", default="avg", metavar="STAT",
                    help="per-size time: avg over iterations, or pNN (e.g. p50, p99) of "
                         "the per-iteration slowest-rank times (default avg)")
@@ -84,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     o = p.add_argument_group("output")
     o.add_argument("--report-to-json-file", metavar="FILE", dest="json", type=output_path,
                    help="write every row, the command, topology, machine and versions")
-    o.add_argument("--plot", metavar="FILE.png", type=output_path,
+    o.add_argument("--plot", metavar="FILE.png", type=plot_path,
                    help="draw busbw against size (needs matplotlib: neuron-mpi[plot])")
     o.add_argument("--link-stats", metavar="FILE", dest="link_stats", type=output_path,
                    help="write every rank's link_stats() (bytes and messages per link "
@@ -104,7 +113,7 @@ def parse_args(argv):
     """(Options, args) from the command line; UsageError for anything wrong."""
     from .harness import Options
 
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_check_mode(list(argv)))
     try:
         op = W.canonical_op(args.op)
     except ValueError as e:
@@ -126,8 +135,11 @@ def parse_args(argv):
     if redop not in REDOPS + ("all",):
         raise UsageError(f"-o/--op: expected one of {', '.join(REDOPS)} or all, got "
                          f"{args.redop!r}")
-    if args.check is not None and args.check not in ("random", "all_ones"):
+    check = None if args.check is None else args.check.lower()
+    if check is not None and check not in CHECK_MODES:
         raise UsageError(f"-c/--check: expected random or all_ones, got {args.check!r}")
+    if args.seed is not None and check != "random":
+        raise UsageError("--seed: seeds the random check data; give it with -c random")
     stats = args.stats.lower()
     m = _STATS.match(stats)
     if not m or (m.group(2) and not 0 <= float(m.group(2)) <= 100):
@@ -138,7 +150,8 @@ def parse_args(argv):
     groups = load_groups(args.groups) if args.groups else None
     redops = REDOPS if redop == "all" else (redop,)
     opts = Options(op=op, sizes=sizes, iters=args.iters, warmup=args.warmup_iters,
-                   dtype=dtype, check=args.check, redops=redops,
+                   dtype=dtype, check=check, redops=redops, seed=args.seed,
+                   nworkers=args.nworkers,
                    show_redop=redop == "all", stats=stats,
                    show_algorithm=args.show_algorithm, groups=groups, json=args.json,
                    instance=args.instance, lnc=args.lnc, nodes=args.nodes,
@@ -147,10 +160,45 @@ def parse_args(argv):
     return opts, args
 
 
-def _fail(message: str, rank: int | None) -> int:
-    if rank in (None, 0):
+def _check_mode(argv: list) -> list:
+    """nccom-test's -c/--check takes its mode optionally: a -c followed by no mode
+    (the end, another option, or the operation: ``--check allg``) checks random."""
+    out = []
+    for i, word in enumerate(argv):
+        out.append(word)
+        if word in CHECK_FLAGS:
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
+            if nxt is None or nxt.startswith("-") or _is_op(nxt):
+                out.append("random")
+    return out
+
+
+def _is_op(word: str) -> bool:
+    try:
+        W.canonical_op(word)
+    except ValueError:
+        return False
+    return True
+
+
+def _world():
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD
+
+
+def _fail(message: str, comm=None) -> int:
+    """The error on one line from rank 0 (or from this process outside a launcher).
+    The other ranks wait for rank 0 to have written it (at most 10 s): the launcher
+    kills every rank once one has exited with an error."""
+    if comm is None or comm.Get_rank() == 0:
         sys.stderr.write(f"{PROG}: error: {message}\n")
         sys.stderr.flush()
+    if comm is not None:
+        req = comm.Ibarrier()
+        deadline = time.monotonic() + 10.0
+        while not req.Test() and time.monotonic() < deadline:
+            time.sleep(0.005)
     return 2
 
 
@@ -162,6 +210,7 @@ def run(opts, command, out=None) -> int:
     bench = Bench(opts, out)
     coll = C.get(opts.op)
     bench.algorithm_for(coll)  # a forced algorithm that does not apply fails here
+    bench.check_memory(coll)  # and a size that cannot fit
     rows = bench.sweep(coll)
     title = (f"{coll.name} {bench.dtype_name}: {bench.topo.instance}, {bench.r} ranks")
     return bench.finish(rows, command, opts.json, opts.plot, title)
@@ -170,21 +219,23 @@ def run(opts, command, out=None) -> int:
 def main(argv=None) -> int:
     command = [PROG] + (sys.argv[1:] if argv is None else list(argv))
     argv = sys.argv[1:] if argv is None else list(argv)
-    rank = env.launcher_rank()
+    err = None
     try:
         opts, _ = parse_args(argv)
     except UsageError as e:
-        return _fail(str(e), rank)
+        err = str(e)
+    comm = None
+    if env.launcher_rank() is not None:
+        # under a launcher every rank leaves with the same verdict: the paths of
+        # --report-to-json-file and the like may be seen otherwise on another host
+        comm = _world()
+        err = next((e for e in comm.allgather(err) if e), None)
+    if err is not None:
+        return _fail(err, comm)
     try:
         return run(opts, command)
     except (UsageError, NeuronMPIError) as e:
-        try:
-            from mpi4py import MPI
-
-            rank = MPI.COMM_WORLD.Get_rank()
-        except Exception:  # noqa: BLE001
-            pass
-        return _fail(str(e), rank)
+        return _fail(str(e), _world())
     except BrokenPipeError:
         sys.stdout = None
         return 0

@@ -55,6 +55,8 @@ class Options:
     vs_mpi: bool = False
     plot: str | None = None
     link_stats: str | None = None  # merged link_stats() of every rank, written at the end
+    seed: int | None = None  # of the random check data (None: data.SEED)
+    nworkers: int | None = None  # nccom-test's -r: the world size, checked
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -89,6 +91,12 @@ class Bench:
         self.out = out if out is not None else sys.stdout
         self.MPI = MPI
         self.mpi_world = MPI.COMM_WORLD
+        if opts.nworkers is not None and opts.nworkers != self.mpi_world.size:
+            from .sizes import UsageError
+
+            raise UsageError(f"-r/--nworkers: {opts.nworkers} ranks asked for, but the "
+                             f"launch has {self.mpi_world.size} (neuron-mpirun -n "
+                             f"{opts.nworkers} ...)")
         self.world = nm.init(opts.instance, opts.lnc, opts.nodes)
         self.rank = self.world.rank
         self.dtype = canonical_dtype(opts.dtype)
@@ -158,6 +166,42 @@ class Bench:
             self.say(f"# mpi_time: native MPI {coll.mpi_name} on the same buffers in the "
                      f"same run ({lib}); ratio = time / mpi_time")
 
+    def check_memory(self, coll: C.Collective) -> None:
+        """Refuse, on every rank before any data moves, a sweep whose largest size
+        cannot fit: a rank holds its input, its result and the native MPI result
+        (make_case), and with a check the expected result too; the ranks of a host
+        share its memory."""
+        import os
+
+        from .sizes import UsageError
+
+        need = 0
+        if self.comm is not None and self.opts.sizes:
+            big = max(self.opts.sizes)
+            ring = self.view.rings[0] if coll.name == "permute" else None
+            wl = coll.workload(big, self.r, self.dtype.itemsize, ring)
+            me = self.comm.rank
+            outs = 3 if self.opts.check else 2
+            need = (wl.in_elems(me) + outs * wl.out_elems(me)) * self.dtype.itemsize
+        host = self.mpi_world.Split_type(self.MPI.COMM_TYPE_SHARED)
+        try:
+            on_host = host.allreduce(need)
+            ranks = host.size
+        finally:
+            host.Free()
+        try:
+            mem = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError):  # (no figure: nothing to check against)
+            mem = 0
+        short = int(bool(mem) and on_host > mem)
+        if self.mpi_world.allreduce(short, op=self.MPI.MAX):
+            gib = 1 << 30
+            where = (f"{on_host / gib:.1f} GiB for the {ranks} ranks of this host, which "
+                     f"has {mem / gib:.1f} GiB" if short else "more than a host of the job has")
+            raise UsageError(f"-e/--maxbytes: {human(max(self.opts.sizes))} needs {where} "
+                             "(each rank's input, result and native MPI result, and with -c "
+                             "the expected result)")
+
     # --- one size ---------------------------------------------------------------------
     def run_size(self, coll: C.Collective, nbytes: int, redop: str = "sum") -> dict:
         """Every rank calls it; every rank gets the row (model columns on rank 0)."""
@@ -169,7 +213,8 @@ class Bench:
         if member:
             case = C.make_case(wl, self.comm.rank, self.dtype, redop if coll.reduces else
                                "sum", o.check or "all_ones", comm=self.comm, mpi=self.mpi,
-                               algorithm=o.algorithm)
+                               algorithm=o.algorithm,
+                               seed=data.SEED if o.seed is None else o.seed)
             for _ in range(o.warmup):
                 coll.run(case)
         times = np.zeros(o.iters)
@@ -260,30 +305,46 @@ class Bench:
 
     def finish(self, rows, command, json_path=None, plot_path=None, title="",
                options=None) -> int:
-        """Footer, JSON and plot (rank 0); returns the exit status (1 if wrong)."""
+        """Footer, JSON and plot (rank 0); returns the exit status (1 if wrong). A
+        file rank 0 cannot write fails every rank alike (UsageError), after the
+        others have waited for it."""
         wrong = sum(r["wrong"] or 0 for r in rows)
         for line in report.footer_lines(rows, wrong):
             self.say(line)
+        err = None
         if self.rank == 0:
             groups = self.opts.groups
-            if json_path:
-                rep = report.build_report(
-                    rows, command=command,
-                    options=self.opts.as_dict() if options is None else options,
-                    topology=report.topology_info(self.topo, self.group_ranks),
-                    groups=groups, mpi_library=self.mpi_library, wrong=wrong)
-                report.write_json(json_path, rep)
-                self.say(f"# wrote {json_path}")
-            if plot_path:
-                report.plot(plot_path, rows, title)
-                self.say(f"# wrote {plot_path}")
+            try:
+                if json_path:
+                    what = "--report-to-json-file"
+                    rep = report.build_report(
+                        rows, command=command,
+                        options=self.opts.as_dict() if options is None else options,
+                        topology=report.topology_info(self.topo, self.group_ranks),
+                        groups=groups, mpi_library=self.mpi_library, wrong=wrong)
+                    report.write_json(json_path, rep)
+                    self.say(f"# wrote {json_path}")
+                if plot_path:
+                    what = "--plot"
+                    report.plot(plot_path, rows, title)
+                    self.say(f"# wrote {plot_path}")
+            except (OSError, ValueError) as e:
+                err = f"{what}: {e}"
         if self.opts.link_stats:
             from .. import linkstats
 
             self.quiesce()
             entries = linkstats.gather(self.world, self.mpi_world)
-            if self.rank == 0:
-                linkstats.write(self.opts.link_stats, self.topo, entries, command)
-                self.say(f"# wrote {self.opts.link_stats}")
+            if self.rank == 0 and err is None:
+                try:
+                    linkstats.write(self.opts.link_stats, self.topo, entries, command)
+                    self.say(f"# wrote {self.opts.link_stats}")
+                except (OSError, ValueError) as e:
+                    err = f"--link-stats: {e}"
         self.quiesce()  # no rank leaves (and maybe aborts the job) before rank 0 is done
+        err = self.mpi_world.bcast(err, root=0)
+        if err is not None:
+            from .sizes import UsageError
+
+            raise UsageError(err)
         return 0 if wrong == 0 else 1

@@ -123,7 +123,21 @@ def topology_info(topo, ranks) -> dict:
 
 
 REPORT_KEYS = ("schema", "command", "options", "topology", "machine", "versions",
-               "groups", "rows", "avg_busbw", "wrong", "ok")
+               "groups", "rows", "results", "avg_busbw", "wrong", "ok")
+
+
+def nccom_results(rows, stats: str = "avg") -> list[dict]:
+    """The rows as nccom-test's --report-to-json-file writes its "results": keys
+    named as its columns (time:avg(us), or time:pNN(us) for a percentile)."""
+    out = []
+    for r in rows:
+        d = {"size(B)": r["size"], "count(elems)": r["count"], "type": r["type"],
+             "algbw(GB/s)": r["algbw"], "busbw(GB/s)": r["busbw"],
+             f"time:{r.get('stats', stats)}(us)": r["time_us"]}
+        if r.get("algorithm"):
+            d["algorithm"] = r["algorithm"]
+        out.append(d)
+    return out
 
 
 def build_report(rows, *, command, options, topology, groups=None, mpi_library=None,
@@ -131,6 +145,7 @@ def build_report(rows, *, command, options, topology, groups=None, mpi_library=N
     return {"schema": "neuron-mpi-bench/1", "command": list(command),
             "options": dict(options), "topology": dict(topology), "machine": machine(),
             "versions": versions(mpi_library), "groups": groups, "rows": list(rows),
+            "results": nccom_results(rows, options.get("stats", "avg")),
             "avg_busbw": avg_busbw(rows), "wrong": int(wrong), "ok": int(wrong) == 0}
 
 

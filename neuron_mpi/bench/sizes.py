@@ -90,9 +90,37 @@ def output_path(text):
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"cannot write {text!r}: {folder!r} is not a "
                                          "directory")
-    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path)
-                                                    and not os.access(path, os.W_OK)):
+    if not os.access(folder, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"cannot write {text!r}: permission denied")
+    try:  # (os.access says yes to root, and to folders such as /proc)
+        if os.path.exists(path):
+            with open(path, "a"):
+                pass
+        elif folder == os.path.dirname(path):
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+            except FileExistsError:  # (another rank's probe)
+                pass
+            else:
+                os.unlink(path)
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: {e.strerror}") from None
+    return text
+
+
+#: the formats matplotlib's savefig writes (a --plot file's extension)
+PLOT_FORMATS = ("png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif", "tiff",
+                "webp", "pgf", "raw", "rgba")
+
+
+def plot_path(text):
+    """argparse type for --plot: a file ``output_path`` takes, of a format matplotlib
+    writes (png when it has no extension)."""
+    text = output_path(text)
+    ext = os.path.splitext(text)[1].lower().lstrip(".")
+    if ext and ext not in PLOT_FORMATS:
+        raise argparse.ArgumentTypeError(f"{text!r}: matplotlib writes "
+                                         + ", ".join(PLOT_FORMATS) + f", not {ext!r}")
     return text
 
 

@@ -18,7 +18,7 @@ from ..algorithms.registry import add_argument as add_algorithm_argument
 from ..errors import NeuronMPIError
 from ..bench import report
 from ..bench.sizes import (UsageError, UsageParser, add_size_arguments, json_arg, json_list,
-                           output_path, replica_groups_arg, sweep)
+                           output_path, plot_path, replica_groups_arg, sweep)
 from ..vocab import REDUCE_OPS, dtype_help
 from .workload import ops_help
 
@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runtime", metavar="GEN",
                    help="runtime generation whose fixed costs apply: 2023, 2025 or 2026 "
                         "(default 2026; docs/model.md)")
-    p.add_argument("--plot", metavar="FILE.png", type=output_path,
+    p.add_argument("--plot", metavar="FILE.png", type=plot_path,
                    help="draw busbw against size")
     p.add_argument("--report-to-json-file", metavar="FILE", dest="json", type=output_path,
                    help="write the rows and the parameters as JSON")
@@ -209,6 +209,7 @@ def main(argv=None) -> int:
             rep = {"schema": "neuron-mpi-model/1", "command": [PROG] + argv,
                    "topology": report.topology_info(topo, view.ranks),
                    "parameters": parameters(topo.instance), "rows": rows,
+                   "results": report.nccom_results(rows),
                    "avg_busbw": report.avg_busbw(rows)}
             report.write_json(args.json, rep)
         if args.trace:

@@ -34,7 +34,8 @@ OPS = tuple(_TABLE)
 V_OPS = tuple(op for op in OPS if _TABLE[op][0].endswith("_v"))
 
 #: nccom-test's short spellings
-NCCOM_ALIASES = {"allr": "all_reduce", "allg": "all_gather", "redsct": "reduce_scatter"}
+NCCOM_ALIASES = {"allr": "all_reduce", "allg": "all_gather", "redsct": "reduce_scatter",
+                 "allgv": "all_gather_v"}
 #: every other spelling accepted: nccom-test's, then nccl-tests' and our API's
 ALIASES = {
     **NCCOM_ALIASES,
@@ -42,6 +43,7 @@ ALIASES = {
     "all_to_all": "alltoall", "a2a": "alltoall",
     "all_to_all_v": "alltoallv", "alltoall_v": "alltoallv",
     "allgatherv": "all_gather_v", "allgather_v": "all_gather_v",
+    "all_gatherv": "all_gather_v",
     "reducescatterv": "reduce_scatter_v", "reducescatter_v": "reduce_scatter_v",
     "send_recv": "sendrecv",
 }

@@ -307,6 +307,22 @@ def test_all_ones_sum_is_r():
         assert wrong == 0 and (outs[5] == 1).all()
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int32", "fp32", "bf16", "fp8_e4m3", "uint8"])
+def test_random_data_has_both_signs_in_signed_types(dtype):
+    """Signed types draw negative values too, so a reduction that treats them as
+    unsigned (or drops a sign) is caught; unsigned types stay non-negative."""
+    dt = DTYPES[dtype]
+    signed = dtype != "uint8"
+    for redop in ("sum", "prod", "max", None):
+        v = data.values("random", dt, redop, 2, 8, 0, 4000).astype(np.float64)
+        assert (v.min() < 0) == signed and v.max() > 0, (dtype, redop)
+    if dtype == "int8":  # a max taken on the bytes as uint8 is wrong somewhere
+        xs = [data.values("random", dt, "max", g, 8, 0, 4000) for g in range(8)]
+        as_unsigned = np.maximum.reduce([x.view(np.uint8) for x in xs]).view(np.int8)
+        assert data.count_wrong(as_unsigned, data.reduced("random", dt, "max", 8, 0,
+                                                          4000)) > 0
+
+
 def test_check_data_slices_agree():
     a = data.values("random", DTYPES["fp32"], "sum", 3, 64, 0, 1000)
     b = data.values("random", DTYPES["fp32"], "sum", 3, 64, 600, 400)

@@ -8,11 +8,16 @@ input, or any slice of it, without communication. The values are integers small
 enough that every partial result is exact in the data type, in any order, so every
 algorithm must agree bit for bit:
 
-* sum / avg: values in [0, min(M // r, 100)] where M is the largest integer the type holds
-  exactly (2**24 for fp32, 256 for bf16, 16 for fp8_e4m3, 127 for int8...). When
-  r > M, only members with (g + p) % ceil(r / M) == 0 may add a 1 at position p.
-* prod: values 1 or 2, with at most L twos per position where 2**L fits the type.
-* max / min and the operations that move data: values in [0, min(M, 100)].
+* sum / avg: values in [-V, V] with V = min(M // r, 100), where M is the largest integer
+  the type holds exactly (2**24 for fp32, 256 for bf16, 16 for fp8_e4m3, 127 for
+  int8...). When r > M, only members with (g + p) % ceil(r / M) == 0 may add a -1 or
+  a 1 at position p.
+* prod: values -2, -1, 1 or 2, with at most L twos per position where 2**L fits the
+  type.
+* max / min and the operations that move data: values in [-min(M, 100), min(M, 100)].
+
+Unsigned types take the non-negative half of each range (0..V, 1 or 2). The signs
+catch a reduction that compares or adds signed data as unsigned, or loses a sign.
 
 ``all_ones``: every input is 1; a sum over r ranks gives exactly r, prod / max /
 min / avg give 1.
@@ -83,19 +88,28 @@ def raw(mode: str, dtype, redop: str | None, g: int, r: int, start: int, n: int,
         raise ValueError(f"check: expected one of {', '.join(MODES)}, got {mode!r}")
     z = _hash(seed + g, start, n)
     m = exact_limit(dtype)
+    signed = np.dtype(dtype).kind != "u"  # (ml_dtypes' floats are of kind "V")
     if redop in ("sum", "avg"):
         vmax = min(m // r, 100)
         if vmax >= 1:
-            return _below(z, vmax + 1)
+            return _symmetric(z, vmax, signed)
         stride = -(-r // m)
         keep = (np.arange(start, start + n, dtype=np.int64) + g) % stride == 0
-        return _below(z, 2) * keep
+        return _symmetric(z, 1, signed) * keep
     if redop == "prod":
         lim = pow2_limit(dtype)
         stride = max(1, -(-r // lim))
         keep = (np.arange(start, start + n, dtype=np.int64) + g) % stride == 0
-        return 1 + _below(z, 2) * keep
-    return _below(z, min(m, 100) + 1)
+        v = 1 + _below(z, 2) * keep
+        if signed:  # (the draw's lowest bit: _below reads the highest 32)
+            v *= 1 - 2 * (z & np.uint64(1)).view(np.int64)
+        return v
+    return _symmetric(z, min(m, 100), signed)
+
+
+def _symmetric(z: np.ndarray, v: int, signed: bool) -> np.ndarray:
+    """Values in [-v, v] from raw draws ([0, v] when not ``signed``), int64."""
+    return _below(z, 2 * v + 1) - v if signed else _below(z, v + 1)
 
 
 def values(mode, dtype, redop, g, r, start, n, seed=SEED) -> np.ndarray:

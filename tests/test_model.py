@@ -380,6 +380,13 @@ def test_model_cli_errors(capsys):
     assert "unknown instance" in capsys.readouterr().err
     assert model_main(["alltoall", "--algorithm", "ring"]) == 2
     assert "does not apply" in capsys.readouterr().err
+    # sendrecv is point-to-point sends: a forced algorithm is refused, not ignored
+    assert model_main(["sendrecv", "--algorithm", "kangaring", "-r", "8"]) == 2
+    assert "sendrecv is point-to-point sends" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="sendrecv is point-to-point"):
+        predict("sendrecv", 1024, instance="trn2.48xlarge", algorithm="rdh",
+                groups=[[0, 1], [2, 3]])
+    assert predict("sendrecv", 1024, ranks=8, algorithm="direct").algorithm == "p2p"
 
 
 def test_model_cli_json_and_params(tmp_path, capsys):

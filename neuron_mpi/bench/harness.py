@@ -144,7 +144,13 @@ class Bench:
         choice, made on its view)."""
         from ..algorithms.select import choose
 
-        return choose(coll.sched_op, self.view, self.opts.algorithm, nbytes)
+        algorithm = self.opts.algorithm
+        if coll.name == "sendrecv":
+            from ..model.predict import check_sendrecv_algorithm
+
+            check_sendrecv_algorithm(algorithm)
+            algorithm = None
+        return choose(coll.sched_op, self.view, algorithm, nbytes)
 
     def columns(self):
         return report.bench_columns(self.opts.show_redop, self.opts.show_algorithm,

@@ -105,12 +105,22 @@ def _prediction(view_size, wl, algo, dtype_name, topo, cost) -> Prediction:
                       topo.lnc, topo.nodes, cost)
 
 
+def check_sendrecv_algorithm(algorithm) -> None:
+    """sendrecv runs point-to-point sends: no collective algorithm can be forced on
+    it (direct, what its sends are, is taken)."""
+    if algorithm not in (None, "direct", "p2p"):
+        raise InvalidArgumentError(
+            f"algorithm: sendrecv is point-to-point sends, which no collective algorithm "
+            f"applies to, got {algorithm!r} (permute takes algorithms)")
+
+
 def schedule_of(view: GroupView, wl: Workload, algorithm=None, op_reduce="sum"):
     """(algorithm, Schedule) that runs for ``wl`` on ``view``: the communicator's
     choice (or ``algorithm``); sendrecv is what actually runs, every member's
     point-to-point send to the next at once (algorithm "p2p")."""
     avg = _avg(wl, op_reduce)
     if wl.op == "sendrecv":
+        check_sendrecv_algorithm(algorithm)
         return "p2p", schedule_for(view, "permute", "direct", wl.sizes, False, wl.extra)
     algo = choose(wl.sched_op, view, algorithm, wl.size)
     return algo, schedule_for(view, wl.sched_op, algo, wl.sizes, avg, wl.extra)
@@ -199,6 +209,9 @@ def predict_groups(op, nbytes, groups, instance=None, lnc=None, nodes=None,
     wl = wls[0]
     avg = _avg(wl, op_reduce)
     algos, scheds = [], []
+    if op == "sendrecv":
+        check_sendrecv_algorithm(algorithm)
+        algorithm = None
     for v, w in zip(views, wls):
         a = choose(w.sched_op, v, algorithm, w.size)
         algos.append(a)

@@ -1632,7 +1632,7 @@ def init(instance=None, lnc=None, nodes=None, comm=None, strict=True) -> Communi
     the world communicator. Collective over ``comm``."""
     world = comm if comm is not None else MPI.COMM_WORLD
     topo = make_topology(instance, lnc, nodes, ranks=world.Get_size())
-    G.check_group(topo, range(topo.size), strict)
+    G.check_group(topo, range(topo.size), strict, "world")
     engine = make_engine(world, topo)
     atexit.register(engine.close)
     _tracing.attach(engine.rank, topo)

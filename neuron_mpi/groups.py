@@ -182,9 +182,10 @@ def _trn2_local(topo, local):
     raise _Refuse("nxd-trn2", "its chips are not evenly spaced (nor two neighbouring rows)")
 
 
-def verdict(topo, group, strict: bool = True) -> Verdict:
+def verdict(topo, group, strict: bool = True, name: str = "replica_groups") -> Verdict:
     """Whether the hardware runs collectives on ``group`` (world ranks), with the rule
-    that decided and its source. No exception."""
+    that decided and its source. No exception. ``name``: the argument the message
+    starts with ("world" for the job's own ranks)."""
     group = tuple(int(r) for r in group)
     if not strict:
         return Verdict(group, True, "non-strict", "strict=False", "")
@@ -219,16 +220,16 @@ def verdict(topo, group, strict: bool = True) -> Verdict:
     except _Refuse as e:
         where = f"on {topo.instance} (LNC={topo.lnc})"
         if e.job:
-            msg = (f"replica_groups: {JOB_REFUSED} {job_sizes(topo)} {where}; "
+            msg = (f"{name}: {JOB_REFUSED} {job_sizes(topo)} {where}; "
                    f"{e.why}")
         else:
-            msg = (f"replica_groups: {CC_REFUSED}: group {_short(group)} of {len(group)} "
+            msg = (f"{name}: {CC_REFUSED}: group {_short(group)} of {len(group)} "
                    f"ranks {where}: {e.why}")
         return Verdict(group, False, e.rule, e.why, msg)
 
 
-def check_group(topo, group, strict: bool = True) -> None:
+def check_group(topo, group, strict: bool = True, name: str = "replica_groups") -> None:
     """Raise UnsupportedGroupError if the hardware refuses this group of world ranks."""
-    v = verdict(topo, group, strict)
+    v = verdict(topo, group, strict, name)
     if not v.accepted:
         raise UnsupportedGroupError(f"{v.message} [{v.source}]")

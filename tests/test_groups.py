@@ -88,6 +88,11 @@ def test_trn1_job_size_is_a_job_rule():
     msg = _refused(t, range(4), JOB)
     assert "1, 2, 8, 16 or a multiple of 32" in msg and "issue 619" in msg
     _ok(neuron_mpi.topology("trn1.32xlarge", ranks=16), range(16))
+    # init checks the world under its own name: the user passed no replica groups
+    with pytest.raises(UnsupportedGroupError, match=f"^world: {JOB}"):
+        check_group(t, range(4), name="world")
+    with pytest.raises(UnsupportedGroupError, match="^world: CC not permitted"):
+        check_group(neuron_mpi.topology("trn2.48xlarge", ranks=3), range(3), name="world")
 
 
 def test_trn1_group_must_start_at_a_multiple_of_its_size(trn1):

@@ -131,6 +131,22 @@ def test_nccom_tests_check_flag_and_spellings(argv, check, op):
     assert (opts.check, opts.op) == (check, op)
 
 
+def test_several_statistics_as_nccom_tests_stats():
+    """--stats avg p25 p50 p99 (nccom-test's example, the operation last): a
+    time:STAT(us) column each, the first giving time_us, algbw and busbw."""
+    opts, _ = parse_args(["-n", "1000", "--stats", "avg", "p25", "p50", "p99", "allg"])
+    assert (opts.op, opts.stats, opts.more_stats) == ("all_gather", "avg", ("p25", "p50", "p99"))
+    opts, _ = parse_args(["allg", "-t", "p50", "-t", "avg"])
+    assert (opts.stats, opts.more_stats) == ("p50", ("avg",))
+    cols = report.bench_columns(stats=("avg", "p50"))
+    assert [c.header for c in cols[3:6]] == ["time:avg(us)", "time:p50(us)", "algbw(GB/s)"]
+    assert [c.key for c in cols[3:5]] == ["time_us", "time:p50"]
+    assert [c.header for c in report.bench_columns()][3] == "time(us)"
+    row = dict(ROW, **{"time:p50": 1000.0})
+    (res,) = report.nccom_results([row])
+    assert res["time:avg(us)"] == ROW["time_us"] and res["time:p50(us)"] == 1000.0
+
+
 def test_nccom_tests_seed_nworkers_and_fp8e4():
     opts, _ = parse_args(["-r", "8", "allr", "-c", "--seed", "7", "-d", "fp8e4"])
     assert (opts.nworkers, opts.seed, opts.check, opts.dtype) == (8, 7, "random", "fp8_e4m3")

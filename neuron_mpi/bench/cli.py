@@ -78,9 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "comes alone, as in nccom-test) or all_ones")
     r.add_argument("--seed", type=int, metavar="N",
                    help="seed of the random check data (default 24301)")
-    r.add_argument("-t", "--stats", default="avg", metavar="STAT",
+    r.add_argument("-t", "--stats", action="append", metavar="STAT",
                    help="per-size time: avg over iterations, or pNN (e.g. p50, p99) of "
-                        "the per-iteration slowest-rank times (default avg)")
+                        "the per-iteration slowest-rank times (default avg); several "
+                        "(-t avg p50 p99) add a time:STAT(us) column each, the first "
+                        "giving algbw and busbw")
     add_algorithm_argument(r)
     r.add_argument("--show-algorithm", action="store_true",
                    help="add the algorithm column")
@@ -113,7 +115,7 @@ def parse_args(argv):
     """(Options, args) from the command line; UsageError for anything wrong."""
     from .harness import Options
 
-    args = build_parser().parse_args(_check_mode(list(argv)))
+    args = build_parser().parse_args(_stats_words(_check_mode(list(argv))))
     try:
         op = W.canonical_op(args.op)
     except ValueError as e:
@@ -140,11 +142,14 @@ def parse_args(argv):
         raise UsageError(f"-c/--check: expected random or all_ones, got {args.check!r}")
     if args.seed is not None and check != "random":
         raise UsageError("--seed: seeds the random check data; give it with -c random")
-    stats = args.stats.lower()
-    m = _STATS.match(stats)
-    if not m or (m.group(2) and not 0 <= float(m.group(2)) <= 100):
-        raise UsageError(f"-t/--stats: expected avg or pNN with NN in 0..100 (p50, p99), "
-                         f"got {args.stats!r}")
+    stats = []
+    for word in args.stats or ["avg"]:
+        m = _STATS.match(word.lower())
+        if not m or (m.group(2) and not 0 <= float(m.group(2)) <= 100):
+            raise UsageError(f"-t/--stats: expected avg or pNN with NN in 0..100 (p50, "
+                             f"p99), got {word!r}")
+        if word.lower() not in stats:
+            stats.append(word.lower())
     if args.plot and not report.have_matplotlib():
         raise UsageError(report.PLOT_MISSING)
     groups = load_groups(args.groups) if args.groups else None
@@ -152,7 +157,7 @@ def parse_args(argv):
     opts = Options(op=op, sizes=sizes, iters=args.iters, warmup=args.warmup_iters,
                    dtype=dtype, check=check, redops=redops, seed=args.seed,
                    nworkers=args.nworkers,
-                   show_redop=redop == "all", stats=stats,
+                   show_redop=redop == "all", stats=stats[0], more_stats=tuple(stats[1:]),
                    show_algorithm=args.show_algorithm, groups=groups, json=args.json,
                    instance=args.instance, lnc=args.lnc, nodes=args.nodes,
                    algorithm=args.algorithm, vs_mpi=args.vs_mpi, plot=args.plot,
@@ -170,6 +175,23 @@ def _check_mode(argv: list) -> list:
             nxt = argv[i + 1] if i + 1 < len(argv) else None
             if nxt is None or nxt.startswith("-") or _is_op(nxt):
                 out.append("random")
+    return out
+
+
+def _stats_words(argv: list) -> list:
+    """nccom-test's --stats takes several words (--stats avg p50 p99): the words
+    after -t/--stats that are statistics become one -t each."""
+    out, i = [], 0
+    while i < len(argv):
+        word = argv[i]
+        out.append(word)
+        i += 1
+        if word in ("-t", "--stats") and i < len(argv):
+            out.append(argv[i])  # (the first is the option's, whatever it is)
+            i += 1
+            while i < len(argv) and _STATS.match(argv[i].lower()):
+                out += [word, argv[i]]
+                i += 1
     return out
 
 

@@ -44,7 +44,8 @@ class Options:
     check: str | None = None  # "random" | "all_ones" | None
     redops: tuple = ("sum",)
     show_redop: bool = False
-    stats: str = "avg"  # "avg" | "pNN"
+    stats: str = "avg"  # "avg" | "pNN": time(us), algbw and busbw
+    more_stats: tuple = ()  # more statistics, a time:STAT(us) column each
     show_algorithm: bool = False
     groups: list | None = None  # replica groups (world ranks)
     json: str | None = None
@@ -153,8 +154,9 @@ class Bench:
         return choose(coll.sched_op, self.view, algorithm, nbytes)
 
     def columns(self):
-        return report.bench_columns(self.opts.show_redop, self.opts.show_algorithm,
-                                    self.opts.vs_mpi)
+        o = self.opts
+        return report.bench_columns(o.show_redop, o.show_algorithm, o.vs_mpi,
+                                    (o.stats,) + tuple(o.more_stats))
 
     def preamble(self, coll: C.Collective) -> None:
         o, t = self.opts, self.topo
@@ -164,7 +166,7 @@ class Bench:
                  f"{'s' if groups > 1 else ''})")
         self.say(f"# type {self.dtype_name}, redop {','.join(o.redops) if coll.reduces else 'none'}"
                  f", iters {o.iters}, warmup {o.warmup}, check {o.check or 'off'}, "
-                 f"stats {o.stats}, algorithm {o.algorithm or 'default (by size)'}")
+                 f"stats {' '.join((o.stats,) + tuple(o.more_stats))}, algorithm {o.algorithm or 'default (by size)'}")
         self.say("# time: the slowest rank per iteration on this machine; model_*: "
                  "predictions for the real hardware (neuron_mpi.model), not this machine")
         if o.vs_mpi:
@@ -260,6 +262,7 @@ class Bench:
                "size": wl.size, "count": wl.elems, "type": self.dtype_name,
                "ranks": self.r, "iters": o.iters, "stats": o.stats,
                "time_us": statistic(per_iter, o.stats) * 1e6,
+               **{f"time:{s}": statistic(per_iter, s) * 1e6 for s in o.more_stats},
                "iteration_times_us": [float(t * 1e6) for t in per_iter],
                "algorithm": self.algorithm_for(coll, wl.size), "wrong": wrong,
                "mpi_time_us": None, "mpi_busbw": None, "ratio": None}

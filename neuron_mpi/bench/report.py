@@ -36,11 +36,21 @@ MPI_TIME = Column("mpi_time(us)", "mpi_time_us", ".2f", 12)
 RATIO = Column("ratio", "ratio", ".2f", 8)
 
 
-def bench_columns(show_redop=False, show_algorithm=False, vs_mpi=False) -> list[Column]:
+def time_columns(stats=("avg",)) -> list[Column]:
+    """time(us); with several statistics time:STAT(us) for each, as nccom-test's
+    --stats (the first is time_us, which algbw and busbw come from)."""
+    if len(stats) <= 1:
+        return [TIME]
+    return [Column(f"time:{s}(us)", "time_us" if k == 0 else f"time:{s}", ".2f",
+                   max(11, len(s) + 9)) for k, s in enumerate(stats)]
+
+
+def bench_columns(show_redop=False, show_algorithm=False, vs_mpi=False,
+                  stats=("avg",)) -> list[Column]:
     """size(B) count(elems) type [redop] time(us) algbw(GB/s) busbw(GB/s)
     model_time(us) model_busbw(GB/s) [algorithm] #wrong [mpi_time(us) ratio]"""
     cols = [SIZE, COUNT, TYPE] + ([REDOP] if show_redop else [])
-    cols += [TIME, ALGBW, BUSBW, MODEL_TIME, MODEL_BUSBW]
+    cols += time_columns(stats) + [ALGBW, BUSBW, MODEL_TIME, MODEL_BUSBW]
     cols += [ALGORITHM] if show_algorithm else []
     cols += [WRONG]
     cols += [MPI_TIME, RATIO] if vs_mpi else []
@@ -134,6 +144,7 @@ def nccom_results(rows, stats: str = "avg") -> list[dict]:
         d = {"size(B)": r["size"], "count(elems)": r["count"], "type": r["type"],
              "algbw(GB/s)": r["algbw"], "busbw(GB/s)": r["busbw"],
              f"time:{r.get('stats', stats)}(us)": r["time_us"]}
+        d.update({f"{k}(us)": v for k, v in r.items() if k.startswith("time:")})
         if r.get("algorithm"):
             d["algorithm"] = r["algorithm"]
         out.append(d)

@@ -1,6 +1,7 @@
 """An mpi4py-compatible module whose communicators are neuron_mpi Communicators.
 
-``from neuron_mpi import mpi as MPI`` in new code, or ``python -m neuron_mpi.mpi
+``from neuron_mpi import mpi as MPI`` (or ``from neuron_mpi.mpi import MPI``) in new
+code, or ``python -m neuron_mpi.mpi
 prog.py [args]`` (as ``python -m mpi4py prog.py``) for an unmodified mpi4py program,
 whose ``from mpi4py import MPI`` then gives this module. ``COMM_WORLD`` and
 ``COMM_SELF`` are emulated communicators (``neuron_mpi.init()``; NEURON_MPI_INSTANCE
@@ -28,7 +29,7 @@ from mpi4py import MPI as _MPI
 
 from .comm import Comm, Intracomm, Request  # noqa: F401
 
-_EMULATED = ("COMM_WORLD", "COMM_SELF", "Comm", "Intracomm", "Request")
+_EMULATED = ("COMM_WORLD", "COMM_SELF", "Comm", "Intracomm", "Request", "MPI")
 _STATE: dict = {}
 
 
@@ -58,6 +59,10 @@ def install() -> None:
 
 
 def __getattr__(name):
+    if name == "MPI":  # ``from neuron_mpi.mpi import MPI``, as ``from mpi4py import MPI``
+        import sys
+
+        return sys.modules[__name__]
     if name == "COMM_WORLD":
         return _world()
     if name == "COMM_SELF":

@@ -19,8 +19,11 @@ def _op_name(op) -> str:
     for k, v in _OPS:
         if op == k:
             return v
+    name = next((f"MPI.{n}" for n in ("LAND", "BAND", "LOR", "BOR", "LXOR", "BXOR", "MAXLOC",
+                                      "MINLOC", "REPLACE", "NO_OP")
+                 if getattr(_MPI, n, None) == op), repr(op))
     raise NotImplementedError(
-        f"op: neuron_mpi.mpi reduces with MPI.SUM, PROD, MAX or MIN only, got {op!r}")
+        f"op: neuron_mpi.mpi reduces with MPI.SUM, PROD, MAX or MIN only, got {name}")
 
 
 
@@ -178,11 +181,35 @@ def _named(source):
 
 
 def _set_status(status, source, tag, nbytes: int) -> None:
-    """Fill an mpi4py MPI.Status (if one was given) for a completed receive."""
+    """Fill an mpi4py MPI.Status (if one was given) for a message received."""
     if status is not None:
         status.Set_source(source)
-        status.Set_tag(0 if tag == _MPI.ANY_TAG else tag)
+        status.Set_tag(tag)
         status.Set_elements(_MPI.BYTE, nbytes)
+
+
+_TAG_UB = 2 ** 31 - 1  # (Open MPI's MPI_TAG_UB; the standard's least is 32767)
+
+
+def _send_tag(tag) -> int:
+    if isinstance(tag, bool) or not isinstance(tag, (int, np.integer)) or \
+            not 0 <= tag <= _TAG_UB:
+        raise InvalidArgumentError(f"tag: expected an integer in [0, {_TAG_UB}], got {tag!r}")
+    return int(tag)
+
+
+def _recv_tag(tag) -> int:
+    return _MPI.ANY_TAG if tag == _MPI.ANY_TAG else _send_tag(tag)
+
+
+def _deliver(out: np.ndarray, tag: int, data: np.ndarray, source) -> tuple:
+    """A message held aside, into ``out`` (bytes); (its tag, its size)."""
+    if data.nbytes > out.nbytes:
+        raise InvalidArgumentError(
+            f"buf: the message from rank {source} (tag {tag}) has {data.nbytes} bytes, "
+            f"more than the {out.nbytes} of the receive buffer (MPI_ERR_TRUNCATE)")
+    out[:data.nbytes] = data
+    return tag, data.nbytes
 
 
 def _carried(dt: np.dtype) -> bool:
@@ -214,9 +241,10 @@ class Request:
     done); a receive runs at Wait/Test; a send has left at the call. The buffers
     of a request in flight are the call's until it completes, as in MPI."""
 
-    def __init__(self, run=None, handle=None):
+    def __init__(self, run=None, handle=None, info=None):
         self._run = run
         self._handle = handle  # a neuron_mpi Handle in flight (its wait() is ``run``)
+        self._info = info  # a receive's (source, tag, bytes), for its Status
 
     def _ready(self) -> bool:
         """Done, or done by Wait at once (a receive): Test may complete it."""
@@ -227,6 +255,8 @@ class Request:
         if self._run is not None:
             run, self._run, self._handle = self._run, None, None
             run()
+        if self._info is not None:
+            _set_status(status, *self._info)
         return True
 
     wait = Wait
@@ -238,33 +268,39 @@ class Request:
         return True
 
     def Free(self):
-        """Drop the request; one in flight completes first (as MPI lets the
-        operation go on, its buffers the call's until then)."""
-        if self._handle is not None:
+        """Drop the request; one in flight or a receive not yet made completes
+        first (as MPI lets the operation go on, its buffers the call's until
+        then; a receive dropped would leave its message to the next one)."""
+        if self._run is not None:
             self.Wait()
-        self._run = None
 
     @staticmethod
     def Waitall(requests, statuses=None):
-        for r in requests:
-            r.Wait()
+        requests = list(requests)
+        for k, r in enumerate(requests):
+            r.Wait(None if statuses is None else statuses[k])
         return True
 
     @staticmethod
     def Testall(requests, statuses=None):
         """True, every request completed, once all are done; else False and none
         is completed (as MPI_Testall)."""
+        requests = list(requests)
         if not all(r._ready() for r in requests):
             return False
-        return Request.Waitall(requests)
+        return Request.Waitall(requests, statuses)
 
     @staticmethod
     def Waitany(requests, status=None):
+        """The index of a request completed now (one already done first), or
+        MPI.UNDEFINED when none is active (every one completed by an earlier
+        Wait*: as MPI's inactive requests)."""
         requests = list(requests)
-        if not requests:
+        active = [k for k, r in enumerate(requests) if r._run is not None]
+        if not active:
             return _MPI.UNDEFINED
-        i = next((k for k, r in enumerate(requests) if r._ready()), 0)
-        requests[i].Wait()
+        i = next((k for k in active if requests[k]._ready()), active[0])
+        requests[i].Wait(status)
         return i
 
     @staticmethod
@@ -291,6 +327,8 @@ class Comm:
 
     def __init__(self, nc):
         self._c = nc
+        self._posted: dict = {}  # source -> its receives posted (Irecv), not yet made
+        self._early: dict = {}  # source -> [(tag, bytes)]: messages before their receive
 
     @property
     def communicator(self):
@@ -337,16 +375,23 @@ class Comm:
     def Create_group(self, group, tag=0) -> Comm:
         """``group``: an mpi4py Group of this communicator's ranks (or a list of
         ranks); called by the members only, as MPI_Comm_create_group."""
+        return Comm(self._c.group(self._group_ranks(group)))
+
+    def _group_ranks(self, group) -> list:
+        """This communicator's ranks of an mpi4py Group (of world ranks) or a list."""
         if isinstance(group, _MPI.Group):
             world = _MPI.COMM_WORLD.Get_group()
             ranks = _MPI.Group.Translate_ranks(group, list(range(group.Get_size())), world)
-            ranks = [self._c.ranks.index(r) for r in ranks]
-        else:
-            ranks = list(group)
-        return Comm(self._c.group(ranks))
+            return [self._c.ranks.index(r) for r in ranks]
+        return list(group)
 
     def Create(self, group) -> Comm:
-        return self.Create_group(group)
+        """MPI_Comm_create: called by every rank of this communicator; the members
+        of ``group`` get its communicator, the others MPI.COMM_NULL."""
+        ranks = self._group_ranks(group)
+        if self._c.rank not in ranks:
+            return _MPI.COMM_NULL
+        return Comm(self._c.group(ranks))
 
     def Get_group(self):
         world = _MPI.COMM_WORLD.Get_group()
@@ -378,7 +423,9 @@ class Comm:
     def _bcast(self, buf, root, async_op):
         m = _Msg(buf, "buf")
         b = _bytes(m.elems())
-        return self._c.broadcast(b, root, out=b, async_op=async_op)
+        # (the root's buffer is only read: it may be read-only, as bytes are)
+        out = b if self._c.rank != root or b.flags.writeable else None
+        return self._c.broadcast(b, root, out=out, async_op=async_op)
 
     def Allreduce(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
         self._allreduce(sendbuf, recvbuf, op, False)
@@ -550,24 +597,21 @@ class Comm:
     def Scatterv(self, sendbuf, recvbuf, root=0) -> None:
         c = self._c
         mine_in_place = c.rank == root and _is_in_place(recvbuf)
-        out = None if mine_in_place else _Msg(recvbuf, "recvbuf").elems()
-        nbytes = [int(v) for v in c.all_gather(
-            np.array([-1 if out is None else out.nbytes], np.int64)).tolist()]
-        x = None
         if c.rank == root:
             s = _Msg(sendbuf, "sendbuf")
             counts, displs = s.v(c.size)
             it = s.a.itemsize
-            if mine_in_place:
-                nbytes[root] = counts[root] * it
-                out = s.a[displs[root]:displs[root] + counts[root]].copy()
+        # (in place, the root's own block stays in sendbuf: its size is its count's)
+        out = s.a[displs[root]:displs[root] + counts[root]].copy() if mine_in_place else \
+            _Msg(recvbuf, "recvbuf").elems()
+        nbytes = [int(v) for v in c.all_gather(np.array([out.nbytes], np.int64)).tolist()]
+        x = None
+        if c.rank == root:
             x = np.concatenate([_bytes(s.a[d:d + k]) for k, d in zip(counts, displs)])
             if nbytes != [k * it for k in counts]:
                 raise InvalidArgumentError(
                     f"sendbuf: counts {counts} do not match the receive buffers "
                     f"({[b // it for b in nbytes]} elements)")
-        if mine_in_place and c.rank != root:
-            raise AssertionError
         c.scatter(x, _bytes(out), root, counts=nbytes)
 
     def Alltoall(self, sendbuf, recvbuf) -> None:
@@ -660,23 +704,35 @@ class Comm:
     del _now
 
     # --- point to point -----------------------------------------------------------------
+    # Every message is two: a header (its tag and size, two int64) and its bytes. A
+    # receive takes the first message from its source whose tag matches (MPI's
+    # order: per source and tag, as sent), into a buffer at least its size; the
+    # messages it passes over wait, in order, for the receives that match them.
     def Send(self, buf, dest, tag=0) -> None:
-        self._c.send(_bytes(_Msg(buf, "buf").elems()), dest)
+        data = _bytes(_Msg(buf, "buf").elems())
+        tag = _send_tag(tag)
+        self._c.send(np.array([tag, data.nbytes], np.int64), dest)
+        self._c.send(data, dest)
 
     Ssend = Send
 
     def Recv(self, buf, source=0, tag=_MPI.ANY_TAG, status=None) -> None:
         source = _named(source)
-        out = _Msg(buf, "buf").elems()
-        self._c.recv(_bytes(out), source)
-        _set_status(status, source, tag, out.nbytes)
+        out = _bytes(_Msg(buf, "buf").elems())
+        self._posted_first(source)
+        _set_status(status, source, *self._match(source, _recv_tag(tag), out))
 
     def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=0,
                  recvtag=_MPI.ANY_TAG, status=None) -> None:
+        """The send, then the receive: a send returns once its bytes have left
+        ``sendbuf`` (into the receiver's landing slots or a copy), so two ranks
+        exchanging cannot wait for each other."""
         source = _named(source)
-        out = _Msg(recvbuf, "recvbuf").elems()
-        self._c.sendrecv(_bytes(_Msg(sendbuf, "sendbuf").elems()), dest, _bytes(out), source)
-        _set_status(status, source, recvtag, out.nbytes)
+        out = _bytes(_Msg(recvbuf, "recvbuf").elems())
+        recvtag = _recv_tag(recvtag)
+        self.Send(sendbuf, dest, sendtag)
+        self._posted_first(source)
+        _set_status(status, source, *self._match(source, recvtag, out))
 
     def Isend(self, buf, dest, tag=0) -> Request:
         self.Send(buf, dest, tag)
@@ -685,9 +741,73 @@ class Comm:
     Issend = Isend
 
     def Irecv(self, buf, source=0, tag=_MPI.ANY_TAG) -> Request:
+        """The receive is made at Wait/Test, into the message its posting order
+        matches: the receives posted before it from the same source (and a Recv
+        after it) take theirs first, whatever order they are waited in."""
         source = _named(source)
-        msg = _Msg(buf, "buf")  # checked now
-        return Request(lambda: self._c.recv(_bytes(msg.elems()), source))
+        out = _bytes(_Msg(buf, "buf").elems())  # checked now
+        tag = _recv_tag(tag)
+        posted = self._posted.setdefault(source, [])
+        req = Request()
+
+        def run():
+            while posted and posted[0] is not req:
+                posted[0].Wait()  # (an earlier one: it takes itself off the list)
+            posted.pop(0)
+            req._info = (source,) + self._match(source, tag, out)
+
+        req._run = run
+        posted.append(req)
+        return req
+
+    def Probe(self, source=0, tag=_MPI.ANY_TAG, status=None) -> bool:
+        """Wait for a message from ``source`` with ``tag`` (any: MPI.ANY_TAG) and
+        fill ``status`` with its tag and size, leaving it to the receive."""
+        source = _named(source)
+        tag = _recv_tag(tag)
+        self._posted_first(source)
+        early = self._early.setdefault(source, [])
+        while True:
+            for t, data in early:
+                if tag == _MPI.ANY_TAG or t == tag:
+                    _set_status(status, source, t, data.nbytes)
+                    return True
+            early.append(self._next(source))
+
+    def _next(self, source) -> tuple:
+        """The next message from ``source``: (tag, its bytes)."""
+        hdr = np.empty(2, np.int64)
+        self._c.recv(hdr, source)
+        data = np.empty(int(hdr[1]), np.uint8)
+        self._c.recv(data, source)
+        return int(hdr[0]), data
+
+    def _match(self, source, tag, out) -> tuple:
+        """Receive into ``out`` (bytes) the first message from ``source`` whose tag
+        matches ``tag``; (its tag, its size)."""
+        early = self._early.get(source)
+        for k, (t, data) in enumerate(early or ()):
+            if tag == _MPI.ANY_TAG or t == tag:
+                del early[k]
+                return _deliver(out, t, data, source)
+        hdr = np.empty(2, np.int64)
+        while True:
+            self._c.recv(hdr, source)
+            t, n = int(hdr[0]), int(hdr[1])
+            if (tag == _MPI.ANY_TAG or t == tag) and n <= out.nbytes:
+                self._c.recv(out[:n], source)
+                return t, n
+            data = np.empty(n, np.uint8)
+            self._c.recv(data, source)
+            if tag == _MPI.ANY_TAG or t == tag:
+                return _deliver(out, t, data, source)  # (too long: refused)
+            self._early.setdefault(source, []).append((t, data))
+
+    def _posted_first(self, source) -> None:
+        """Make the receives posted from ``source`` before a blocking receive."""
+        posted = self._posted.get(source)
+        while posted:
+            posted[0].Wait()
 
     # --- helpers -------------------------------------------------------------------------
     def _check_dtype(self, x, out, name):
@@ -733,9 +853,25 @@ class Comm:
 
 
 for _name in ("bcast", "send", "recv", "sendrecv", "isend", "irecv", "reduce", "allreduce",
-              "gather", "allgather", "scatter", "alltoall", "scan", "exscan", "barrier",
-              "ibarrier", "probe", "iprobe", "mprobe", "bsend", "ssend", "issend"):
+              "gather", "allgather", "scatter", "alltoall", "scan", "exscan", "bsend",
+              "ssend", "issend"):
     setattr(Comm, _name, _pickle_refused(_name))
+
+
+def _probe_refused(name):
+    def method(self, *args, **kwargs):
+        raise NotImplementedError(
+            f"Comm.{name}: not emulated (a receive cannot be tested without waiting for "
+            "it): Comm.Probe waits for a message from a named source")
+    method.__name__ = name
+    return method
+
+
+for _name in ("probe", "iprobe", "mprobe", "improbe", "Iprobe", "Mprobe", "Improbe"):
+    setattr(Comm, _name, _probe_refused(_name))
+# (not pickle-based: the same as the buffer methods)
+Comm.barrier = Comm.Barrier
+Comm.ibarrier = Comm.Ibarrier
 
 Intracomm = Comm
 

@@ -389,6 +389,26 @@ def test_model_cli_errors(capsys):
     assert predict("sendrecv", 1024, ranks=8, algorithm="direct").algorithm == "p2p"
 
 
+def test_model_cli_warns_of_groups_the_runtime_refuses(tmp_path, capsys):
+    """Priced all the same (a what-if), with the runtime's message as a warning, in
+    the JSON report too; accepted groups bring no warning."""
+    out = tmp_path / "m.json"
+    assert model_main(["allr", "-b", "1MB", "-e", "1MB", "--custom-replica-groups",
+                       "[[0, 32], [1, 33]]", "--report-to-json-file", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.count("# warning: the runtime would refuse this group: replica_groups: CC "
+                      "not permitted") == 2 and "chips 0 and 8 are not linked" in text
+    import json
+
+    rep = json.loads(out.read_text())
+    assert [g["ranks"] for g in rep["refused_groups"]] == [[0, 32], [1, 33]]
+    assert len(rep["rows"]) == 1 and rep["rows"][0]["time_us"] > 0
+    assert model_main(["allr", "-b", "1MB", "-e", "1MB", "-r", "3"]) == 0
+    assert "# warning: the runtime would refuse this group: world: CC" in capsys.readouterr().out
+    assert model_main(["allr", "-b", "1MB", "-e", "1MB", "-r", "8"]) == 0
+    assert "warning" not in capsys.readouterr().out
+
+
 def test_model_cli_json_and_params(tmp_path, capsys):
     out = tmp_path / "m.json"
     assert model_main(["allg", "-r", "8", "-b", "1kb", "-e", "4kb", "--params",

@@ -130,6 +130,18 @@ def rows_for(args) -> list[dict]:
     return rows, view
 
 
+def _refused(args, view) -> list:
+    """The groups priced that the instance's group rules refuse (neuron_mpi.groups):
+    the model prices them all the same, with a warning."""
+    from ..groups import verdict
+
+    if args.groups:
+        vs = [verdict(view.topo, g) for g in extras(args)["groups"]]
+    else:  # (the job's ranks: -r)
+        vs = [verdict(view.topo, view.ranks, name="world")]
+    return [v for v in vs if not v.accepted]
+
+
 def write_trace(args, view, rows) -> None:
     """The modeled timeline of every row (model/timeline.py)."""
     from .. import timeline as tl
@@ -186,6 +198,12 @@ def main(argv=None) -> int:
         out.write(f"# neuron-mpi-model {op}: modeled on {topo.instance} LNC={topo.lnc} "
                   f"x {topo.nodes} node(s), {who}; a prediction for the real "
                   "hardware (docs/model.md)\n")
+        refused = _refused(args, view)
+        for v in refused[:4]:
+            out.write(f"# warning: the runtime would refuse this group: {v.message} "
+                      f"[{v.rule}]\n")
+        if len(refused) > 4:
+            out.write(f"# warning: ... and {len(refused) - 4} more groups refused\n")
         cols = report.model_columns(show_redop)
         out.write(report.header_line(cols) + "\n")
         for r in rows:
@@ -210,6 +228,8 @@ def main(argv=None) -> int:
                    "topology": report.topology_info(topo, view.ranks),
                    "parameters": parameters(topo.instance), "rows": rows,
                    "results": report.nccom_results(rows),
+                   "refused_groups": [{"ranks": list(v.group), "message": v.message,
+                                       "rule": v.rule} for v in refused],
                    "avg_busbw": report.avg_busbw(rows)}
             report.write_json(args.json, rep)
         if args.trace:

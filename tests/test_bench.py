@@ -400,10 +400,13 @@ def test_mpi_errors_reach_every_rank_and_are_printed_once(tmp_path):
         assert res.returncode == 2, (args, res.stdout + res.stderr)
         assert res.stderr.count(f"neuron-mpi-bench: error: {needle}") == 1, (args, res.stderr)
         assert "Traceback" not in res.stderr + res.stdout
-    res = _launch(["-r", "4", "allr", "-b", "1kb", "-e", "1kb", "-n", "1", "-w", "0", "-c",
-                   "--seed", "11"], ranks=4, timeout=120, program=[script])
+    # sizes that round to one row run once: 1 and 8 B are one fp64 per rank (32 B)
+    res = _launch(["-r", "4", "redsct", "-d", "fp64", "-b", "1", "-e", "64", "-f", "8", "-n",
+                   "1", "-w", "0", "-c", "--seed", "11"], ranks=4, timeout=120,
+                  program=[script])
     assert res.returncode == 0, res.stdout + res.stderr
     assert "check random" in res.stdout and "# Out of bounds values : 0 OK" in res.stdout
+    assert [int(r[0]) for r in report.parse_table(res.stdout)[1]] == [32, 64]
 
 
 def test_mpi_corrupted_result_fails():

@@ -177,6 +177,7 @@ def test_nccom_tests_seed_nworkers_and_fp8e4():
     (["allr", "--plot", "x.txt"], "matplotlib writes png"),
     (["allr", "--seed", "3"], "--seed: seeds the random check data"),
     (["allr", "-c", "all_ones", "--seed", "3"], "--seed"),
+    (["allr", "-c", "--seed", "-3"], "--seed: expected an integer >= 0"),
     (["allr", "-r", "0"], "-r/--nworkers"),
     (["allr", "--bogus"], "unrecognized arguments"),
     ([], "required"),

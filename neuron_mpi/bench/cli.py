@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-c", "--check", metavar="MODE",
                    help="check results on extra iterations: random (the default when -c "
                         "comes alone, as in nccom-test) or all_ones")
-    r.add_argument("--seed", type=int, metavar="N",
+    r.add_argument("--seed", type=_non_negative, metavar="N",
                    help="seed of the random check data (default 24301)")
     r.add_argument("-t", "--stats", action="append", metavar="STAT",
                    help="per-size time: avg over iterations, or pNN (e.g. p50, p99) of "

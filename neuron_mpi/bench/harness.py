@@ -166,7 +166,8 @@ class Bench:
                  f"{'s' if groups > 1 else ''})")
         self.say(f"# type {self.dtype_name}, redop {','.join(o.redops) if coll.reduces else 'none'}"
                  f", iters {o.iters}, warmup {o.warmup}, check {o.check or 'off'}, "
-                 f"stats {' '.join((o.stats,) + tuple(o.more_stats))}, algorithm {o.algorithm or 'default (by size)'}")
+                 f"stats {' '.join((o.stats,) + tuple(o.more_stats))}, "
+                 f"algorithm {o.algorithm or 'default (by size)'}")
         self.say("# time: the slowest rank per iteration on this machine; model_*: "
                  "predictions for the real hardware (neuron_mpi.model), not this machine")
         if o.vs_mpi:
@@ -342,6 +343,8 @@ class Bench:
                     what = "--plot"
                     report.plot(plot_path, rows, title)
                     self.say(f"# wrote {plot_path}")
+            except BrokenPipeError:  # (stdout closed: the caller's to handle)
+                raise
             except (OSError, ValueError) as e:
                 err = f"{what}: {e}"
         if self.opts.link_stats:
@@ -353,6 +356,8 @@ class Bench:
                 try:
                     linkstats.write(self.opts.link_stats, self.topo, entries, command)
                     self.say(f"# wrote {self.opts.link_stats}")
+                except BrokenPipeError:
+                    raise
                 except (OSError, ValueError) as e:
                     err = f"--link-stats: {e}"
         self.quiesce()  # no rank leaves (and maybe aborts the job) before rank 0 is done

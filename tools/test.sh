@@ -31,7 +31,7 @@ fi
 # runs with the launches
 INPROC=(test_algorithms test_determinism test_elide test_env test_groups test_kernels
         test_layout test_model test_reliability_unit test_rooted_schedules
-        test_schedules test_topology test_transport test_vocab)
+        test_schedules test_tagged test_topology test_transport test_vocab)
 MPI_IN_INPROC=tests/test_determinism.py::test_mpi_every_rank_and_run_same_bits_as_replay
 # the launching files in this order: first those whose launches wait more than
 # they compute (about half the 2 cores idle), beside which the in-process session

@@ -8,6 +8,7 @@ from mpi4py.util.dtlib import to_numpy_dtype
 from .. import kernels
 from ..kernels.reference import UFUNCS as _UFUNC
 from ..errors import InvalidArgumentError
+from ..tagged import ANY, Tagged, send_tag
 
 _OPS = None
 
@@ -188,28 +189,8 @@ def _set_status(status, source, tag, nbytes: int) -> None:
         status.Set_elements(_MPI.BYTE, nbytes)
 
 
-_TAG_UB = 2 ** 31 - 1  # (Open MPI's MPI_TAG_UB; the standard's least is 32767)
-
-
-def _send_tag(tag) -> int:
-    if isinstance(tag, bool) or not isinstance(tag, (int, np.integer)) or \
-            not 0 <= tag <= _TAG_UB:
-        raise InvalidArgumentError(f"tag: expected an integer in [0, {_TAG_UB}], got {tag!r}")
-    return int(tag)
-
-
 def _recv_tag(tag) -> int:
-    return _MPI.ANY_TAG if tag == _MPI.ANY_TAG else _send_tag(tag)
-
-
-def _deliver(out: np.ndarray, tag: int, data: np.ndarray, source) -> tuple:
-    """A message held aside, into ``out`` (bytes); (its tag, its size)."""
-    if data.nbytes > out.nbytes:
-        raise InvalidArgumentError(
-            f"buf: the message from rank {source} (tag {tag}) has {data.nbytes} bytes, "
-            f"more than the {out.nbytes} of the receive buffer (MPI_ERR_TRUNCATE)")
-    out[:data.nbytes] = data
-    return tag, data.nbytes
+    return ANY if tag == _MPI.ANY_TAG else send_tag(tag)
 
 
 def _carried(dt: np.dtype) -> bool:
@@ -327,8 +308,7 @@ class Comm:
 
     def __init__(self, nc):
         self._c = nc
-        self._posted: dict = {}  # source -> its receives posted (Irecv), not yet made
-        self._early: dict = {}  # source -> [(tag, bytes)]: messages before their receive
+        self._t = Tagged(nc)  # its point to point, matched by tag
 
     @property
     def communicator(self):
@@ -399,6 +379,7 @@ class Comm:
 
     def Free(self) -> None:
         self._c = _FreedCommunicator()
+        self._t = Tagged(self._c)
 
     def Abort(self, errorcode=0):
         _MPI.COMM_WORLD.Abort(errorcode)
@@ -704,23 +685,16 @@ class Comm:
     del _now
 
     # --- point to point -----------------------------------------------------------------
-    # Every message is two: a header (its tag and size, two int64) and its bytes. A
-    # receive takes the first message from its source whose tag matches (MPI's
-    # order: per source and tag, as sent), into a buffer at least its size; the
-    # messages it passes over wait, in order, for the receives that match them.
+    # MPI's matching, by tag in the order sent, over headed messages: neuron_mpi.tagged
     def Send(self, buf, dest, tag=0) -> None:
-        data = _bytes(_Msg(buf, "buf").elems())
-        tag = _send_tag(tag)
-        self._c.send(np.array([tag, data.nbytes], np.int64), dest)
-        self._c.send(data, dest)
+        self._t.send(_bytes(_Msg(buf, "buf").elems()), dest, send_tag(tag))
 
     Ssend = Send
 
     def Recv(self, buf, source=0, tag=_MPI.ANY_TAG, status=None) -> None:
         source = _named(source)
         out = _bytes(_Msg(buf, "buf").elems())
-        self._posted_first(source)
-        _set_status(status, source, *self._match(source, _recv_tag(tag), out))
+        _set_status(status, source, *self._t.recv(out, source, _recv_tag(tag)))
 
     def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=0,
                  recvtag=_MPI.ANY_TAG, status=None) -> None:
@@ -731,8 +705,7 @@ class Comm:
         out = _bytes(_Msg(recvbuf, "recvbuf").elems())
         recvtag = _recv_tag(recvtag)
         self.Send(sendbuf, dest, sendtag)
-        self._posted_first(source)
-        _set_status(status, source, *self._match(source, recvtag, out))
+        _set_status(status, source, *self._t.recv(out, source, recvtag))
 
     def Isend(self, buf, dest, tag=0) -> Request:
         self.Send(buf, dest, tag)
@@ -746,68 +719,21 @@ class Comm:
         after it) take theirs first, whatever order they are waited in."""
         source = _named(source)
         out = _bytes(_Msg(buf, "buf").elems())  # checked now
-        tag = _recv_tag(tag)
-        posted = self._posted.setdefault(source, [])
+        make = self._t.post(out, source, _recv_tag(tag))
         req = Request()
 
         def run():
-            while posted and posted[0] is not req:
-                posted[0].Wait()  # (an earlier one: it takes itself off the list)
-            posted.pop(0)
-            req._info = (source,) + self._match(source, tag, out)
+            req._info = (source,) + make()
 
         req._run = run
-        posted.append(req)
         return req
 
     def Probe(self, source=0, tag=_MPI.ANY_TAG, status=None) -> bool:
         """Wait for a message from ``source`` with ``tag`` (any: MPI.ANY_TAG) and
         fill ``status`` with its tag and size, leaving it to the receive."""
         source = _named(source)
-        tag = _recv_tag(tag)
-        self._posted_first(source)
-        early = self._early.setdefault(source, [])
-        while True:
-            for t, data in early:
-                if tag == _MPI.ANY_TAG or t == tag:
-                    _set_status(status, source, t, data.nbytes)
-                    return True
-            early.append(self._next(source))
-
-    def _next(self, source) -> tuple:
-        """The next message from ``source``: (tag, its bytes)."""
-        hdr = np.empty(2, np.int64)
-        self._c.recv(hdr, source)
-        data = np.empty(int(hdr[1]), np.uint8)
-        self._c.recv(data, source)
-        return int(hdr[0]), data
-
-    def _match(self, source, tag, out) -> tuple:
-        """Receive into ``out`` (bytes) the first message from ``source`` whose tag
-        matches ``tag``; (its tag, its size)."""
-        early = self._early.get(source)
-        for k, (t, data) in enumerate(early or ()):
-            if tag == _MPI.ANY_TAG or t == tag:
-                del early[k]
-                return _deliver(out, t, data, source)
-        hdr = np.empty(2, np.int64)
-        while True:
-            self._c.recv(hdr, source)
-            t, n = int(hdr[0]), int(hdr[1])
-            if (tag == _MPI.ANY_TAG or t == tag) and n <= out.nbytes:
-                self._c.recv(out[:n], source)
-                return t, n
-            data = np.empty(n, np.uint8)
-            self._c.recv(data, source)
-            if tag == _MPI.ANY_TAG or t == tag:
-                return _deliver(out, t, data, source)  # (too long: refused)
-            self._early.setdefault(source, []).append((t, data))
-
-    def _posted_first(self, source) -> None:
-        """Make the receives posted from ``source`` before a blocking receive."""
-        posted = self._posted.get(source)
-        while posted:
-            posted[0].Wait()
+        _set_status(status, source, *self._t.probe(source, _recv_tag(tag)))
+        return True
 
     # --- helpers -------------------------------------------------------------------------
     def _check_dtype(self, x, out, name):

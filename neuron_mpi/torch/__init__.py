@@ -38,6 +38,7 @@ from torch._C._distributed_c10d import _create_work_from_future
 
 from .. import env
 from ..errors import InvalidArgumentError, NeuronMPIError
+from ..tagged import Tagged, send_tag
 from .tensors import as_numpy, complex_ok
 
 BACKEND = "neuron"
@@ -184,6 +185,44 @@ class _Work(dist.Work):
             fut.set_result(self._value)
 
 
+class _Later(dist.Work):
+    """The Work of a receive made at its wait (``make``: neuron_mpi.tagged's
+    posted receive), so that a receive posted before the matching send (irecv
+    then isend, batch_isend_irecv) cannot wait for it: the send leaves at once.
+    ``get_future()`` makes it first."""
+
+    def __init__(self, make, value):
+        super().__init__()
+        self._make = make
+        self._value = value
+        self._over = False
+
+    def wait(self, timeout=None):
+        if not self._over:
+            self._make()
+            self._over = True
+        return True
+
+    synchronize = wait
+
+    def is_completed(self):
+        return self._over
+
+    def result(self):
+        self.wait()
+        return self._value
+
+    def get_future(self):
+        fut = torch.futures.Future()
+        try:
+            self.wait()
+        except BaseException as e:
+            fut.set_exception(e)
+        else:
+            fut.set_result(self._value)
+        return fut
+
+
 _COMPLETER: list = []  # the completer thread's queue, once started
 
 
@@ -239,8 +278,12 @@ def _op(reduce_op) -> str:
     for k, v in table.items():
         if reduce_op == k:
             return v
+    name = next((f"ReduceOp.{n}" for n in ("BAND", "BOR", "BXOR", "PREMUL_SUM")
+                 if reduce_op == getattr(R, n, None)), None)
+    if name is None:  # (a ReduceOp object prints as its address; its type name helps)
+        name = getattr(reduce_op, "name", None) or type(reduce_op).__name__
     raise InvalidArgumentError(
-        f"op: the neuron backend reduces with SUM, AVG, PRODUCT, MIN or MAX, got {reduce_op}")
+        f"op: the neuron backend reduces with SUM, AVG, PRODUCT, MIN or MAX, got {name}")
 
 
 def _flat(a: np.ndarray) -> np.ndarray:
@@ -257,6 +300,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def __init__(self, comm, rank: int, size: int):
         super().__init__(rank, size)
         self.comm = comm
+        self._tagged = Tagged(comm)  # point to point, matched by tag as gloo does
 
     def getBackendName(self):
         return BACKEND
@@ -367,10 +411,10 @@ class NeuronProcessGroup(dist.ProcessGroup):
                     f"(world size x input), got {o.size} of {o.dtype}")
         if _in_flight(opts, o.nbytes, o):
             return _Work(self.comm.all_gather(_flat(x), out=o.reshape(-1), async_op=True),
-                         output)
+                         [output])
         res = self.comm.all_gather(_flat(x))
         o[...] = res.reshape(o.shape)
-        return _done(output)
+        return _done([output])
 
     all_gather_single = _allgather_base
 
@@ -409,10 +453,10 @@ class NeuronProcessGroup(dist.ProcessGroup):
                     f"(world size x output), got {x.size} of {x.dtype}")
         if _in_flight(opts, x.nbytes, o):
             return _Work(self.comm.reduce_scatter(_flat(x), op, out=o.reshape(-1),
-                                                  async_op=True), output)
+                                                  async_op=True), [output])
         res = self.comm.reduce_scatter(_flat(x), op)
         o[...] = res.reshape(o.shape)
-        return _done(output)
+        return _done([output])
 
     reduce_scatter_single = _reduce_scatter_base
 
@@ -436,7 +480,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
                         "match output's size")
             if _in_flight(opts, o.nbytes, o):
                 return _Work(self.comm.all_to_all(_flat(x), out=o.reshape(-1), async_op=True),
-                             output)
+                             [output])
             res = self.comm.all_to_all(_flat(x))
         else:
             re = x.size // max(_rows(input), 1) if x.size else (
@@ -450,7 +494,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
                         "input and output")
             res = self.comm.all_to_all_v(_flat(x), [c * re for c in sc], [c * re for c in rc])
         o[...] = res.reshape(o.shape)
-        return _done(output)
+        return _done([output])
 
     def all_to_all_single(self, output, input, output_split_sizes=None,
                           input_split_sizes=None, opts=None):
@@ -486,15 +530,32 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return _done(None)
 
     # --- point to point -----------------------------------------------------------------
+    # Matched by tag (the first message from the source with that tag, in the order
+    # sent: neuron_mpi.tagged). A send leaves at the call; a receive is made at its
+    # wait (dist.recv waits at once), so irecv before the matching isend works.
     def send(self, tensors, dst, tag=0):
+        tag = send_tag(tag)
         for a in self._arrays_p2p(tensors, "tensor", False):
-            self.comm.send(np.ascontiguousarray(a), dst)
+            self._tagged.send(np.ascontiguousarray(a).reshape(-1).view(np.uint8), dst, tag)
         return _done(tensors)
 
     def recv(self, tensors, src, tag=0):
-        for a in self._arrays_p2p(tensors, "tensor", True):
-            self.comm.recv(a, src)
-        return _done(tensors)
+        tag = send_tag(tag)
+        arrays = self._arrays_p2p(tensors, "tensor", True)
+        # (a strided view receives into a contiguous copy, written back)
+        bufs = [a if a.flags.c_contiguous else np.empty(a.shape, a.dtype) for a in arrays]
+        makes = [self._tagged.post(b.reshape(-1).view(np.uint8), src, tag) for b in bufs]
+
+        def make():
+            for a, b, m in zip(arrays, bufs, makes):
+                _, n = m()
+                if n != a.nbytes:
+                    raise InvalidArgumentError(
+                        f"tensor: rank {src} sent {n} bytes (tag {tag}) but the tensor holds "
+                        f"{a.nbytes}")
+                if b is not a:
+                    a[...] = b
+        return _Later(make, tensors)
 
     def recv_anysource(self, tensors, tag=0):
         raise NotImplementedError(

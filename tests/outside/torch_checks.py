@@ -101,6 +101,57 @@ def test_async_work_and_future():
             assert torch.equal(buf, torch.full((3,), float(peer)))
 
 
+def test_point_to_point_as_gloo():
+    """Messages matched by tag, whatever order they are received in; a receive
+    posted before the matching send (irecv then isend, batch_isend_irecv with the
+    receive first) completes; a strided view receives in place."""
+    if N < 2 or (R ^ 1) >= N:
+        pytest.skip("needs a partner rank")
+    peer = R ^ 1
+    if R % 2 == 0:
+        for q in (dist.isend(torch.tensor([1.0]), peer, tag=1),
+                  dist.isend(torch.tensor([2.0]), peer, tag=2)):
+            q.wait()
+    else:
+        x, y = torch.zeros(1), torch.zeros(1)
+        dist.recv(y, peer, tag=2)
+        dist.recv(x, peer, tag=1)
+        assert (x.item(), y.item()) == (1.0, 2.0)
+    buf = torch.zeros(3)
+    ops = [dist.P2POp(dist.irecv, buf, peer), dist.P2POp(dist.isend, torch.full((3,), R + 1.0),
+                                                         peer)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    assert torch.equal(buf, torch.full((3,), peer + 1.0))
+    q = dist.irecv(buf, peer, tag=5)
+    dist.isend(torch.full((3,), 10.0 * R), peer, tag=5).wait()
+    q.wait()
+    assert torch.equal(buf, torch.full((3,), 10.0 * peer))
+    col = torch.zeros(3, 2)
+    q = dist.irecv(col[:, 1], peer)
+    dist.send(torch.arange(3.0) + R, peer)
+    q.wait()
+    assert torch.equal(col[:, 1], torch.arange(3.0) + peer) and not col[:, 0].any()
+
+
+def test_single_tensor_futures_hold_a_list():
+    """As NCCL's and gloo's: the future of all_gather_into_tensor,
+    reduce_scatter_tensor and all_to_all_single holds a list (done at the call and
+    in flight alike)."""
+    for n in (4, 1 << 16):
+        out = torch.empty(n * N)
+        v = dist.all_gather_into_tensor(out, torch.full((n,), float(R)),
+                                        async_op=True).get_future().wait()
+        assert isinstance(v, list) and v[0] is out
+        small = torch.empty(n)
+        v = dist.reduce_scatter_tensor(small, torch.ones(n * N), async_op=True).get_future().wait()
+        assert isinstance(v, list) and v[0] is small and torch.equal(small, torch.full((n,), float(N)))
+        a2a = torch.empty(n * N)
+        v = dist.all_to_all_single(a2a, torch.arange(float(n * N)),
+                                   async_op=True).get_future().wait()
+        assert isinstance(v, list) and v[0] is a2a
+
+
 def test_large_calls_are_in_flight_while_torch_computes():
     """all_reduce, all_gather_into_tensor, reduce_scatter_tensor and
     all_to_all_single of at least ASYNC_MIN_BYTES return a Work in flight: it

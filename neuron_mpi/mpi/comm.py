@@ -707,6 +707,16 @@ class Comm:
         self.Send(sendbuf, dest, sendtag)
         _set_status(status, source, *self._t.recv(out, source, recvtag))
 
+    def Sendrecv_replace(self, buf, dest, sendtag=0, source=0, recvtag=_MPI.ANY_TAG,
+                         status=None) -> None:
+        """Send ``buf``, then receive into it (its bytes have left first)."""
+        source = _named(source)
+        m = _Msg(buf, "buf")
+        out = _bytes(m.elems())
+        recvtag = _recv_tag(recvtag)
+        self._t.send(out.copy(), dest, send_tag(sendtag))
+        _set_status(status, source, *self._t.recv(out, source, recvtag))
+
     def Isend(self, buf, dest, tag=0) -> Request:
         self.Send(buf, dest, tag)
         return _done()

@@ -196,6 +196,10 @@ def test_tags_sizes_and_statuses_as_mpi():
         assert a[0] == 0.5
     with pytest.raises(ValueError, match="tag: expected an integer"):
         W.Send(np.zeros(1), (R + 1) % N, tag=-5)
+    ring = np.full(3, float(R))
+    st = MPI.Status()
+    W.Sendrecv_replace(ring, (R + 1) % N, 4, (R - 1) % N, 4, status=st)
+    assert ring.tolist() == [float((R - 1) % N)] * 3 and st.Get_tag() == 4
     W.Barrier()
 
 

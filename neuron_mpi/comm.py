@@ -64,6 +64,7 @@ def _collective(op):
             except InvalidArgumentError as e:
                 if not getattr(e, "agreed", False):
                     self._tell_group_rejected(op, kwargs.get("timeout"), e)
+                    e.agreed = True  # (the group has heard: an outer wrapper tells no more)
                 raise
         return wrapper
     return deco
@@ -1124,6 +1125,7 @@ class Communicator:
         moves (for front-ends that check arguments this module cannot see)."""
         self._ensure_usable()
         self._tell_group_rejected(op, None, err)
+        err.agreed = True  # (told: a wrapper around the caller does not tell again)
         raise err
 
     # --- point to point ---------------------------------------------------------------

@@ -1,6 +1,8 @@
 """The mpi4py buffer API over a neuron_mpi Communicator (see the package docstring)."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from mpi4py import MPI as _MPI
 from mpi4py.util.dtlib import to_numpy_dtype
@@ -105,7 +107,7 @@ class _Msg:
                 elif isinstance(c, (list, tuple, np.ndarray)):
                     counts = c
                 elif c is not None:
-                    count = int(c)
+                    count = _whole(c, name, "count")
             elif len(rest) == 2:
                 counts, displs = rest
             elif len(rest) > 2:
@@ -132,9 +134,12 @@ class _Msg:
                     f"{name}: {b.size} bytes is not a whole number of {dt} elements")
             a = b.view(dt)
         self.a = a
+        if count is not None and not 0 <= count <= a.size:
+            raise InvalidArgumentError(
+                f"{name}: count {count} is outside the buffer's {a.size} elements")
         self.count = count
-        self.counts = None if counts is None else [int(c) for c in counts]
-        self.displs = None if displs is None else [int(d) for d in displs]
+        self.counts = None if counts is None else [_whole(c, name, "counts") for c in counts]
+        self.displs = None if displs is None else [_whole(d, name, "displs") for d in displs]
 
     @property
     def dtype(self):
@@ -166,7 +171,40 @@ class _Msg:
         displs = self.displs
         if displs is None:
             displs = list(np.cumsum([0] + list(counts[:-1])))
-        return [int(c) for c in counts], [int(d) for d in displs]
+        elif len(displs) != size:
+            raise InvalidArgumentError(
+                f"{self.name}: expected {size} displacements, got {len(displs)}")
+        counts, displs = [int(c) for c in counts], [int(d) for d in displs]
+        for k, (c, d) in enumerate(zip(counts, displs)):
+            if c < 0 or d < 0 or d + c > self.a.size:
+                raise InvalidArgumentError(
+                    f"{self.name}: block {k} (count {c} at displacement {d}) is outside "
+                    f"the buffer's {self.a.size} elements")
+        return counts, displs
+
+
+def _whole(v, name, what) -> int:
+    """A count or displacement of a buffer spec, as an int (a clear error if not)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise InvalidArgumentError(
+            f"{name}: {what} must be integers, got {type(v).__name__} {v!r}")
+    return int(v)
+
+
+def _agreed(fn):
+    """A collective whose argument errors reach every member: an error raised
+    here before the group heard of it (a root's own buffers, a rank's counts) is
+    told to the other members, whose calls fail too instead of waiting for this
+    rank (as the Communicator's own checks do)."""
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return fn(self, *args, **kwargs)
+        except (InvalidArgumentError, NotImplementedError) as e:
+            if getattr(e, "agreed", False):
+                raise
+            self._c.refuse(fn.__name__, e)
+    return wrapper
 
 
 def _bytes(a: np.ndarray) -> np.ndarray:
@@ -398,6 +436,7 @@ class Comm:
         self.Barrier()
         return _done()
 
+    @_agreed
     def Bcast(self, buf, root=0) -> None:
         self._bcast(buf, root, False)
 
@@ -408,6 +447,7 @@ class Comm:
         out = b if self._c.rank != root or b.flags.writeable else None
         return self._c.broadcast(b, root, out=out, async_op=async_op)
 
+    @_agreed
     def Allreduce(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
         self._allreduce(sendbuf, recvbuf, op, False)
 
@@ -418,6 +458,7 @@ class Comm:
         self._check_same(x, out, "recvbuf")
         return self._reduce_into("all_reduce", x, out, _op_name(op), async_op=async_op)
 
+    @_agreed
     def Reduce(self, sendbuf, recvbuf, op=_MPI.SUM, root=0) -> None:
         self._reduce(sendbuf, recvbuf, op, root, False)
 
@@ -433,6 +474,7 @@ class Comm:
             out = None
         return self._reduce_into("reduce", x, out, _op_name(op), root=root, async_op=async_op)
 
+    @_agreed
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
         self._reduce_scatter_block(sendbuf, recvbuf, op, False)
 
@@ -449,6 +491,7 @@ class Comm:
         return self._reduce_into("reduce_scatter", x, out, _op_name(op), counts=[out.size] * n,
                                  async_op=async_op)
 
+    @_agreed
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_MPI.SUM) -> None:
         c = self._c
         r = _Msg(recvbuf, "recvbuf")
@@ -468,6 +511,7 @@ class Comm:
             out = r.a[:counts[c.rank]]
         self._reduce_into("reduce_scatter", x, out, _op_name(op), counts=counts)
 
+    @_agreed
     def Scan(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
         self._scan(sendbuf, recvbuf, op, False)
 
@@ -477,6 +521,7 @@ class Comm:
         self._check_same(x, out, "recvbuf")
         return self._reduce_into("scan", x, out, _op_name(op), async_op=async_op)
 
+    @_agreed
     def Exscan(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
         self._exscan(sendbuf, recvbuf, op, False)
 
@@ -486,6 +531,7 @@ class Comm:
         self._check_same(x, out, "recvbuf")
         return self._reduce_into("exscan", x, out, _op_name(op), async_op=async_op)
 
+    @_agreed
     def Allgather(self, sendbuf, recvbuf) -> None:
         self._allgather(sendbuf, recvbuf, False)
 
@@ -501,6 +547,7 @@ class Comm:
         self._check_dtype(x, out, "recvbuf")
         return c.all_gather(_bytes(x), out=_bytes(out), async_op=async_op)
 
+    @_agreed
     def Allgatherv(self, sendbuf, recvbuf) -> None:
         h, then = self._allgatherv(sendbuf, recvbuf, False)
         then(h)
@@ -519,6 +566,7 @@ class Comm:
         h = c.all_gather_v(_bytes(x), [k * it for k in counts], async_op=async_op)
         return h, lambda res: _place(r.a, res.view(r.a.dtype), counts, displs)
 
+    @_agreed
     def Gather(self, sendbuf, recvbuf, root=0) -> None:
         self._gather(sendbuf, recvbuf, root, False)
 
@@ -534,6 +582,7 @@ class Comm:
             return c.gather(_bytes(x), root, out=_bytes(out), async_op=async_op)
         return c.gather(_bytes(_Msg(sendbuf, "sendbuf").elems()), root, async_op=async_op)
 
+    @_agreed
     def Gatherv(self, sendbuf, recvbuf, root=0) -> None:
         c = self._c
         if c.rank == root:
@@ -547,14 +596,15 @@ class Comm:
             x = _Msg(sendbuf, "sendbuf").elems()
             mine = np.array([x.nbytes], np.int64)
         nbytes = [int(v) for v in c.all_gather(mine).tolist()]  # every member learns them
+        if c.rank == root and nbytes != [k * it for k in counts]:
+            raise InvalidArgumentError(
+                f"recvbuf: counts {counts} do not match what the ranks send "
+                f"({[b // it for b in nbytes]} elements)")
         res = c.gather(_bytes(x), root, counts=nbytes)
         if c.rank == root:
-            if nbytes != [k * it for k in counts]:
-                raise InvalidArgumentError(
-                    f"recvbuf: counts {counts} do not match what the ranks sent "
-                    f"({[b // it for b in nbytes]} elements)")
             _place(r.a, res.view(r.a.dtype), counts, displs)
 
+    @_agreed
     def Scatter(self, sendbuf, recvbuf, root=0) -> None:
         self._scatter(sendbuf, recvbuf, root, False)
 
@@ -575,6 +625,7 @@ class Comm:
         return c.scatter(None if x is None else _bytes(x), _bytes(out), root,
                          async_op=async_op)
 
+    @_agreed
     def Scatterv(self, sendbuf, recvbuf, root=0) -> None:
         c = self._c
         mine_in_place = c.rank == root and _is_in_place(recvbuf)
@@ -595,6 +646,7 @@ class Comm:
                     f"({[b // it for b in nbytes]} elements)")
         c.scatter(x, _bytes(out), root, counts=nbytes)
 
+    @_agreed
     def Alltoall(self, sendbuf, recvbuf) -> None:
         self._alltoall(sendbuf, recvbuf, False)
 
@@ -611,6 +663,7 @@ class Comm:
         self._check_dtype(x, out, "recvbuf")
         return c.all_to_all(_bytes(x), out=_bytes(out), async_op=async_op)
 
+    @_agreed
     def Alltoallv(self, sendbuf, recvbuf) -> None:
         h, then = self._alltoallv(sendbuf, recvbuf, False)
         then(h)
@@ -634,39 +687,51 @@ class Comm:
         return h, lambda res: _place(r.a, res.view(r.a.dtype), rc, rd)
 
     # non-blocking collectives that write into recvbuf: in flight (Request)
+    @_agreed
     def Ibcast(self, buf, root=0) -> Request:
         return _started(self._bcast(buf, root, True))
 
+    @_agreed
     def Iallreduce(self, sendbuf, recvbuf, op=_MPI.SUM) -> Request:
         return _started(self._allreduce(sendbuf, recvbuf, op, True))
 
+    @_agreed
     def Ireduce(self, sendbuf, recvbuf, op=_MPI.SUM, root=0) -> Request:
         return _started(self._reduce(sendbuf, recvbuf, op, root, True))
 
+    @_agreed
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=_MPI.SUM) -> Request:
         return _started(self._reduce_scatter_block(sendbuf, recvbuf, op, True))
 
+    @_agreed
     def Iscan(self, sendbuf, recvbuf, op=_MPI.SUM) -> Request:
         return _started(self._scan(sendbuf, recvbuf, op, True))
 
+    @_agreed
     def Iexscan(self, sendbuf, recvbuf, op=_MPI.SUM) -> Request:
         return _started(self._exscan(sendbuf, recvbuf, op, True))
 
+    @_agreed
     def Iallgather(self, sendbuf, recvbuf) -> Request:
         return _started(self._allgather(sendbuf, recvbuf, True))
 
+    @_agreed
     def Ialltoall(self, sendbuf, recvbuf) -> Request:
         return _started(self._alltoall(sendbuf, recvbuf, True))
 
+    @_agreed
     def Igather(self, sendbuf, recvbuf, root=0) -> Request:
         return _started(self._gather(sendbuf, recvbuf, root, True))
 
+    @_agreed
     def Iscatter(self, sendbuf, recvbuf, root=0) -> Request:
         return _started(self._scatter(sendbuf, recvbuf, root, True))
 
+    @_agreed
     def Iallgatherv(self, sendbuf, recvbuf) -> Request:
         return _started(*self._allgatherv(sendbuf, recvbuf, True))
 
+    @_agreed
     def Ialltoallv(self, sendbuf, recvbuf) -> Request:
         return _started(*self._alltoallv(sendbuf, recvbuf, True))
 

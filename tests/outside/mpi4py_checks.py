@@ -293,3 +293,37 @@ def test_bad_buffer_names_the_argument():
     with pytest.raises(ValueError, match="sendbuf"):
         W.Allreduce(object(), np.zeros(1), MPI.SUM)
     W.Barrier()
+
+
+def test_a_root_only_argument_error_fails_every_rank():
+    """An error in arguments only the root reads (its send buffer of Scatter, its
+    counts of Scatterv / Gatherv) is raised on every rank before data moves: the
+    others' calls fail naming the root instead of waiting for it. After it the
+    communicator works."""
+    if N == 1:
+        pytest.skip("needs 2 ranks")
+    root = N - 1
+    theirs = f"rank\\(s\\) {root} of the group rejected"
+    cases = [
+        ("sendbuf: .* elements do not divide",
+         lambda: W.Scatter(np.zeros(N * 2 + 1) if R == root else None, np.zeros(2),
+                           root=root)),
+        ("sendbuf: counts .* do not match",
+         lambda: W.Scatterv([np.zeros(3 * N), [3] * N, MPI.DOUBLE] if R == root else None,
+                            np.zeros(2), root=root)),
+        ("recvbuf: counts .* do not match",
+         lambda: W.Gatherv(np.zeros(2), [np.zeros(3 * N), [3] * N, MPI.DOUBLE]
+                           if R == root else None, root=root)),
+        ("recvbuf: block 1 .* is outside",
+         lambda: W.Gatherv(np.zeros(2), [np.zeros(2 * N), ([2] * N, [0] + [2 * N] * (N - 1)),
+                                         MPI.DOUBLE] if R == root else None, root=root)),
+        ("sendbuf: counts must be integers",
+         lambda: W.Scatterv([np.zeros(2 * N), [2.0] * N, MPI.DOUBLE] if R == root else None,
+                            np.zeros(2), root=root)),
+    ]
+    for mine, fn in cases:
+        with pytest.raises(ValueError, match=mine if R == root else theirs):
+            fn()
+    v = np.array([float(R)])
+    W.Allreduce(MPI.IN_PLACE, v, MPI.SUM)
+    assert v[0] == N * (N - 1) / 2

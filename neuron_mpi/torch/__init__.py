@@ -172,17 +172,8 @@ class _Work(dist.Work):
                     return fut
             else:
                 return fut
-        self._settle(fut)  # (already finished)
+        _settle(fut, self._complete, self._value)  # (already finished)
         return fut
-
-    def _settle(self, fut) -> None:
-        """Finish the call and complete ``fut`` with its value or its error."""
-        try:
-            self._complete()
-        except BaseException as e:
-            fut.set_exception(e)
-        else:
-            fut.set_result(self._value)
 
 
 class _Later(dist.Work):
@@ -214,13 +205,19 @@ class _Later(dist.Work):
 
     def get_future(self):
         fut = torch.futures.Future()
-        try:
-            self.wait()
-        except BaseException as e:
-            fut.set_exception(e)
-        else:
-            fut.set_result(self._value)
+        _settle(fut, self.wait, self._value)
         return fut
+
+
+def _settle(fut, finish, value) -> None:
+    """Run ``finish`` (a call's end) and complete ``fut`` with ``value`` or the
+    error it raised."""
+    try:
+        finish()
+    except BaseException as e:
+        fut.set_exception(e)
+    else:
+        fut.set_result(value)
 
 
 _COMPLETER: list = []  # the completer thread's queue, once started
@@ -258,7 +255,7 @@ def _complete_futures(q) -> None:
         while not w.ended.wait(1.0):
             if end is not None and time.monotonic() >= end:
                 break
-        w._settle(w._fut)
+        _settle(w._fut, w._complete, w._value)
 
 
 def _in_flight(opts, nbytes: int, *arrays) -> bool:

@@ -24,12 +24,11 @@ derived (non-predefined) datatypes; they never fall through to the real MPI.
 """
 from __future__ import annotations
 
-import numpy as np
 from mpi4py import MPI as _MPI
 
-from .comm import Comm, Intracomm, Request  # noqa: F401
+from .comm import Comm, Intracomm, Prequest, Request  # noqa: F401
 
-_EMULATED = ("COMM_WORLD", "COMM_SELF", "Comm", "Intracomm", "Request", "MPI")
+_EMULATED = ("COMM_WORLD", "COMM_SELF", "Comm", "Intracomm", "Request", "Prequest", "MPI")
 _STATE: dict = {}
 
 
@@ -38,8 +37,8 @@ def _world() -> Comm:
         from .. import comm as C
         from .. import env
         w = C.init(strict=env.strict_groups())
-        _STATE["world"] = Comm(w)
-        _STATE["self"] = Comm(w.group([w.rank]))
+        _STATE["world"] = Comm(w, "MPI_COMM_WORLD")
+        _STATE["self"] = Comm(w.group([w.rank]), "MPI_COMM_SELF")
     return _STATE["world"]
 
 

@@ -258,12 +258,15 @@ class Request:
     finishes them (raising their error; the -v forms place the result in
     ``recvbuf`` then). The other I-calls complete at the call (the Request is
     done); a receive runs at Wait/Test; a send has left at the call. The buffers
-    of a request in flight are the call's until it completes, as in MPI."""
+    of a request in flight are the call's until it completes, as in MPI. A
+    request is active from its call until a Wait or a Test completes it (then the
+    Wait*/Test* of a list pass over it, as MPI's inactive requests)."""
 
     def __init__(self, run=None, handle=None, info=None):
         self._run = run
         self._handle = handle  # a neuron_mpi Handle in flight (its wait() is ``run``)
         self._info = info  # a receive's (source, tag, bytes), for its Status
+        self._active = True
 
     def _ready(self) -> bool:
         """Done, or done by Wait at once (a receive): Test may complete it."""
@@ -271,6 +274,7 @@ class Request:
         return h is None or h.test()
 
     def Wait(self, status=None):
+        self._active = False
         if self._run is not None:
             run, self._run, self._handle = self._run, None, None
             run()
@@ -286,12 +290,22 @@ class Request:
         self.Wait(status)
         return True
 
+    test = Test
+
+    def Get_status(self, status=None) -> bool:
+        """Whether the request is done, without completing it (MPI_Request_get_status)."""
+        done = not self._active or self._ready()
+        if done and self._info is not None and self._run is None:
+            _set_status(status, *self._info)
+        return done
+
     def Free(self):
         """Drop the request; one in flight or a receive not yet made completes
         first (as MPI lets the operation go on, its buffers the call's until
         then; a receive dropped would leave its message to the next one)."""
         if self._run is not None:
             self.Wait()
+        self._active = False
 
     @staticmethod
     def Waitall(requests, statuses=None):
@@ -300,12 +314,14 @@ class Request:
             r.Wait(None if statuses is None else statuses[k])
         return True
 
+    waitall = Waitall
+
     @staticmethod
     def Testall(requests, statuses=None):
         """True, every request completed, once all are done; else False and none
         is completed (as MPI_Testall)."""
         requests = list(requests)
-        if not all(r._ready() for r in requests):
+        if not all(r._ready() for r in requests if r._active):
             return False
         return Request.Waitall(requests, statuses)
 
@@ -313,9 +329,9 @@ class Request:
     def Waitany(requests, status=None):
         """The index of a request completed now (one already done first), or
         MPI.UNDEFINED when none is active (every one completed by an earlier
-        Wait*: as MPI's inactive requests)."""
+        Wait or Test)."""
         requests = list(requests)
-        active = [k for k, r in enumerate(requests) if r._run is not None]
+        active = [k for k, r in enumerate(requests) if r._active]
         if not active:
             return _MPI.UNDEFINED
         i = next((k for k in active if requests[k]._ready()), active[0])
@@ -323,8 +339,90 @@ class Request:
         return i
 
     @staticmethod
+    def Testany(requests, status=None):
+        """(index, True) for a request done and completed now; (MPI.UNDEFINED,
+        False) when none of the active ones is done; (MPI.UNDEFINED, True) when
+        none is active."""
+        requests = list(requests)
+        active = [k for k, r in enumerate(requests) if r._active]
+        if not active:
+            return _MPI.UNDEFINED, True
+        i = next((k for k in active if requests[k]._ready()), None)
+        if i is None:
+            return _MPI.UNDEFINED, False
+        requests[i].Wait(status)
+        return i, True
+
+    @staticmethod
+    def Waitsome(requests, statuses=None):
+        """The indices of the requests completed now, at least one (those done,
+        else the first active one waited for); None when none is active."""
+        return Request._some(list(requests), statuses, True)
+
+    @staticmethod
+    def Testsome(requests, statuses=None):
+        """The indices of the requests done and completed now (maybe none); None
+        when none is active."""
+        return Request._some(list(requests), statuses, False)
+
+    @staticmethod
+    def _some(requests, statuses, wait):
+        active = [k for k, r in enumerate(requests) if r._active]
+        if not active:
+            return None
+        done = [k for k in active if requests[k]._ready()]
+        if not done and wait:
+            done = active[:1]
+        for j, k in enumerate(done):
+            requests[k].Wait(None if statuses is None else statuses[j])
+        return done
+
+    @staticmethod
     def Startall(requests):
-        return None
+        """Start each persistent request (Prequest) of the list."""
+        for r in requests:
+            r.Start()
+
+    def __getattr__(self, name):
+        _not_emulated(self, name, _MPI.Prequest)
+
+
+class Prequest(Request):
+    """A persistent request (Comm.Send_init, Comm.Recv_init): inactive until
+    ``Start``, which makes the send (it leaves at once, with the buffer's bytes
+    at that moment) or posts the receive (made at Wait/Test, in posting order);
+    a Wait or Test completes it and it may be started again."""
+
+    def __init__(self, start):
+        super().__init__()
+        self._start = start
+        self._active = False
+
+    def Start(self):
+        if self._active:
+            raise InvalidArgumentError(
+                "request: this persistent request is active (Start it again after "
+                "Wait or Test completes it)")
+        self._info = None
+        self._run = self._start(self)
+        self._active = True
+
+    start = Start
+
+
+class NotEmulatedError(NotImplementedError, AttributeError):
+    """An mpi4py method this module does not emulate: a NotImplementedError that
+    names it, and an AttributeError, so ``hasattr`` says False."""
+
+
+def _not_emulated(obj, name, real):
+    """A missing attribute: NotEmulatedError when mpi4py's class ``real`` has it,
+    else the usual AttributeError."""
+    kind = type(obj).__name__
+    if not name.startswith("_") and hasattr(real, name):
+        raise NotEmulatedError(f"{kind}.{name}: not emulated by neuron_mpi.mpi "
+                               "(docs/api.md, 'Front-ends', lists what is)")
+    raise AttributeError(f"{kind!r} object has no attribute {name!r}")
 
 
 def _done() -> Request:
@@ -344,9 +442,10 @@ def _started(h, then=None) -> Request:
 class Comm:
     """An mpi4py-style intracommunicator over a neuron_mpi Communicator."""
 
-    def __init__(self, nc):
+    def __init__(self, nc, name=""):
         self._c = nc
         self._t = Tagged(nc)  # its point to point, matched by tag
+        self._name = name
 
     @property
     def communicator(self):
@@ -390,6 +489,25 @@ class Comm:
         sub = c.split(ordered)
         return Comm(sub) if sub is not None else _MPI.COMM_NULL
 
+    def Split_type(self, split_type, key=0, info=None) -> Comm | None:
+        """MPI_Comm_split_type: MPI.COMM_TYPE_SHARED groups the ranks of each
+        emulated node (one instance, whose cores share host memory on the
+        hardware; NEURON_MPI_NODES), ordered by ``key``; MPI.UNDEFINED gives
+        MPI.COMM_NULL."""
+        try:
+            if split_type in (None, _MPI.UNDEFINED):
+                color = _MPI.UNDEFINED
+            elif split_type == _MPI.COMM_TYPE_SHARED:
+                c = self._c
+                color = c.topology.placement(c.ranks[c.rank]).node
+            else:
+                raise NotImplementedError(
+                    f"split_type: MPI.COMM_TYPE_SHARED or MPI.UNDEFINED only, got "
+                    f"{split_type!r}")
+        except NotImplementedError as e:
+            self._c.refuse("all_gather", e)  # (the others are in Split's all-gather)
+        return self.Split(color, key)
+
     def Create_group(self, group, tag=0) -> Comm:
         """``group``: an mpi4py Group of this communicator's ranks (or a list of
         ranks); called by the members only, as MPI_Comm_create_group."""
@@ -427,6 +545,28 @@ class Comm:
 
     def Is_intra(self) -> bool:
         return True
+
+    def Get_name(self) -> str:
+        return self._name
+
+    def Set_name(self, name) -> None:
+        self._name = str(name)
+
+    name = property(Get_name, Set_name)
+
+    def Get_errhandler(self):
+        return _MPI.ERRORS_RETURN
+
+    def Set_errhandler(self, errhandler) -> None:
+        """MPI.ERRORS_RETURN (mpi4py's default on its communicators: errors raise
+        Python exceptions, as here) only."""
+        if errhandler != _MPI.ERRORS_RETURN:
+            raise NotImplementedError(
+                "errhandler: errors raise Python exceptions here (MPI.ERRORS_RETURN, "
+                "mpi4py's default); other error handlers are not emulated")
+
+    def __getattr__(self, name):
+        _not_emulated(self, name, _MPI.Intracomm)
 
     # --- collectives ------------------------------------------------------------------
     def Barrier(self) -> None:
@@ -774,12 +914,13 @@ class Comm:
 
     def Sendrecv_replace(self, buf, dest, sendtag=0, source=0, recvtag=_MPI.ANY_TAG,
                          status=None) -> None:
-        """Send ``buf``, then receive into it (its bytes have left first)."""
+        """Send ``buf``, then receive into it (a send returns once its bytes have
+        left the buffer, so the receive cannot overwrite them)."""
         source = _named(source)
         m = _Msg(buf, "buf")
         out = _bytes(m.elems())
         recvtag = _recv_tag(recvtag)
-        self._t.send(out.copy(), dest, send_tag(sendtag))
+        self._t.send(out, dest, send_tag(sendtag))
         _set_status(status, source, *self._t.recv(out, source, recvtag))
 
     def Isend(self, buf, dest, tag=0) -> Request:
@@ -792,16 +933,39 @@ class Comm:
         """The receive is made at Wait/Test, into the message its posting order
         matches: the receives posted before it from the same source (and a Recv
         after it) take theirs first, whatever order they are waited in."""
-        source = _named(source)
-        out = _bytes(_Msg(buf, "buf").elems())  # checked now
-        make = self._t.post(out, source, _recv_tag(tag))
         req = Request()
-
-        def run():
-            req._info = (source,) + make()
-
-        req._run = run
+        req._run = self._posted(buf, source, tag)(req)
         return req
+
+    def _posted(self, buf, source, tag):
+        """A receive's arguments, checked now; returns ``start(req)``, which posts
+        it (in posting order) and returns what makes it at ``req``'s Wait."""
+        source = _named(source)
+        out = _bytes(_Msg(buf, "buf").elems())
+        tag = _recv_tag(tag)
+
+        def start(req):
+            make = self._t.post(out, source, tag)
+
+            def run():
+                req._info = (source,) + make()
+            return run
+        return start
+
+    def Send_init(self, buf, dest, tag=0) -> Prequest:
+        """A persistent send: each Start sends the buffer's bytes of that moment."""
+        m = _Msg(buf, "buf")
+        tag = send_tag(tag)
+
+        def start(req):
+            self._t.send(_bytes(m.elems()), dest, tag)
+        return Prequest(start)
+
+    Ssend_init = Bsend_init = Rsend_init = Send_init
+
+    def Recv_init(self, buf, source=0, tag=_MPI.ANY_TAG) -> Prequest:
+        """A persistent receive: each Start posts it (made at Wait/Test, as Irecv)."""
+        return Prequest(self._posted(buf, source, tag))
 
     def Probe(self, source=0, tag=_MPI.ANY_TAG, status=None) -> bool:
         """Wait for a message from ``source`` with ``tag`` (any: MPI.ANY_TAG) and

@@ -313,6 +313,21 @@ def test_split_leaving_ranks_out(comm):
     comm.barrier()
 
 
+def test_mpi4py_split_type_groups_each_node(comm):
+    """The mpi4py facade's Split_type(MPI.COMM_TYPE_SHARED) gives the ranks of this
+    rank's emulated node (both nodes of a 2-node job), in key order."""
+    from neuron_mpi.mpi.comm import Comm
+    topo = comm.topology
+    node = topo.placement(comm.world_rank).node
+    mine = [r for r in range(comm.size) if topo.placement(comm.ranks[r]).node == node]
+    sub = Comm(comm).Split_type(MPI.COMM_TYPE_SHARED, key=-comm.rank)
+    assert sub.Get_size() == len(mine) and sub.Get_rank() == mine[::-1].index(comm.rank)
+    v = np.array([comm.rank], np.int64)
+    sub.Allreduce(MPI.IN_PLACE, v, MPI.SUM)
+    assert v[0] == sum(mine)
+    comm.barrier()
+
+
 def test_refused_layout_on_inf2(comm):
     if comm.topology.instance != "inf2.48xlarge" or comm.size != 24 or not comm.strict:
         pytest.skip("inf2.48xlarge, 24 ranks, strict only")

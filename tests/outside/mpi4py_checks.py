@@ -327,3 +327,63 @@ def test_a_root_only_argument_error_fails_every_rank():
     v = np.array([float(R)])
     W.Allreduce(MPI.IN_PLACE, v, MPI.SUM)
     assert v[0] == N * (N - 1) / 2
+
+
+def test_persistent_requests_and_request_lists():
+    """Send_init / Recv_init started again each step (the send takes the buffer's
+    bytes at its Start); Waitany, Testany, Waitsome and Testsome give every active
+    request's index once (a send done at its call included), then say none is
+    active; Get_status does not complete."""
+    right, left = (R + 1) % N, (R - 1) % N
+    sbuf, rbuf = np.zeros(4), np.zeros(4)
+    reqs = [W.Recv_init(rbuf, left, tag=6), W.Send_init(sbuf, right, tag=6)]
+    assert MPI.Request.Waitany(reqs) == MPI.UNDEFINED  # (not started: inactive)
+    for step in range(3):
+        sbuf[:] = 100 * step + R
+        MPI.Prequest.Startall(reqs)
+        with pytest.raises(ValueError, match="persistent request is active"):
+            reqs[0].Start()
+        MPI.Request.Waitall(reqs)
+        assert rbuf.tolist() == [float(100 * step + left)] * 4
+    outs = [np.zeros(1) for _ in range(4)]
+    reqs = [W.Iallreduce(np.full(1, float(k)), outs[k], MPI.SUM) for k in range(4)]
+    reqs.append(W.Isend(np.full(2, float(R)), right, tag=8))
+    got = np.zeros(2)
+    reqs.append(W.Irecv(got, left, tag=8))
+    assert reqs[4].Get_status() and reqs[4].Get_status()  # (still active after)
+    seen = []
+    i, flag = MPI.Request.Testany(reqs)
+    if flag:
+        seen.append(i)
+    seen += MPI.Request.Testsome(reqs) or []
+    while True:
+        some = MPI.Request.Waitsome(reqs)
+        if some is None:
+            break
+        assert some
+        seen += some
+    assert sorted(seen) == list(range(6))
+    assert MPI.Request.Testany(reqs) == (MPI.UNDEFINED, True)
+    assert MPI.Request.Testsome(reqs) is None and MPI.Request.Waitany(reqs) == MPI.UNDEFINED
+    assert [o[0] for o in outs] == [float(k * N) for k in range(4)]
+    assert got.tolist() == [float(left)] * 2
+
+
+def test_split_type_names_and_what_is_not_emulated():
+    node = W.Split_type(MPI.COMM_TYPE_SHARED, key=-R)  # one node: every rank, reversed
+    assert node.Get_size() == N and node.Get_rank() == N - 1 - R
+    assert W.Split_type(MPI.UNDEFINED) == MPI.COMM_NULL
+    assert W.Get_name() == "MPI_COMM_WORLD" and MPI.COMM_SELF.Get_name() == "MPI_COMM_SELF"
+    d = W.Dup()
+    d.Set_name("mine")
+    assert d.Get_name() == "mine" and d.name == "mine"
+    W.Set_errhandler(MPI.ERRORS_RETURN)
+    assert W.Get_errhandler() == MPI.ERRORS_RETURN
+    with pytest.raises(NotImplementedError, match="errhandler"):
+        W.Set_errhandler(MPI.ERRORS_ARE_FATAL)
+    assert not hasattr(W, "Create_cart") and not hasattr(W, "no_such_method")
+    with pytest.raises(NotImplementedError, match="Comm.Create_cart: not emulated"):
+        W.Create_cart([N])
+    with pytest.raises(NotImplementedError, match="Request.Cancel: not emulated"):
+        W.Ibarrier().Cancel()
+    W.Barrier()

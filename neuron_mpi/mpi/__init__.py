@@ -26,9 +26,11 @@ from __future__ import annotations
 
 from mpi4py import MPI as _MPI
 
-from .comm import Comm, Intracomm, Prequest, Request  # noqa: F401
+from .comm import Comm, Intracomm  # noqa: F401
+from .requests import NotEmulatedError, Prequest, Request  # noqa: F401
 
-_EMULATED = ("COMM_WORLD", "COMM_SELF", "Comm", "Intracomm", "Request", "Prequest", "MPI")
+_EMULATED = ("COMM_WORLD", "COMM_SELF", "Comm", "Intracomm", "Request", "Prequest", "MPI",
+             "NotEmulatedError")
 _STATE: dict = {}
 
 

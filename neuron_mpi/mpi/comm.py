@@ -5,12 +5,13 @@ import functools
 
 import numpy as np
 from mpi4py import MPI as _MPI
-from mpi4py.util.dtlib import to_numpy_dtype
 
 from .. import kernels
 from ..kernels.reference import UFUNCS as _UFUNC
 from ..errors import InvalidArgumentError
 from ..tagged import ANY, Tagged, send_tag
+from .buffers import Msg, as_bytes, is_in_place, place, real_parts
+from .requests import Prequest, Request, done, not_emulated, set_status, started
 
 _OPS = None
 
@@ -39,158 +40,6 @@ def _pickle_refused(name):
     return method
 
 
-def _is_in_place(spec) -> bool:
-    """MPI.IN_PLACE, or None, which mpi4py reads as MPI.IN_PLACE where it applies."""
-    return spec is _MPI.IN_PLACE or spec is None
-
-
-def _array_of(obj, name) -> np.ndarray:
-    """A 1-D numpy array over the memory of ``obj`` (no copy): numpy arrays as they
-    are, other buffers through the buffer protocol, DLPack and the CUDA array
-    interface on host memory through mpi4py's own ``MPI.buffer`` (as bytes)."""
-    if isinstance(obj, np.ndarray):
-        a = obj
-    elif _has_buffer(obj):
-        mv = memoryview(obj)
-        a = np.asarray(mv) if mv.format not in ("", "B") or mv.ndim > 1 else \
-            np.frombuffer(mv, np.uint8) if not mv.readonly else np.frombuffer(mv, np.uint8)
-    else:
-        try:
-            a = np.frombuffer(_MPI.buffer(obj), np.uint8)
-        except (TypeError, ValueError, BufferError):
-            raise InvalidArgumentError(
-                f"{name}: expected a buffer (numpy array, array.array, bytearray, DLPack "
-                f"object) or a (buffer, datatype) spec, got {type(obj).__name__}") from None
-    if a.ndim != 1:
-        if not a.flags.c_contiguous:
-            raise InvalidArgumentError(f"{name}: expected a contiguous buffer")
-        a = a.reshape(-1)
-    elif a.strides[0] != a.itemsize and a.size > 1:
-        raise InvalidArgumentError(f"{name}: expected a contiguous buffer")
-    return a
-
-
-def _has_buffer(obj) -> bool:
-    try:
-        memoryview(obj)
-        return True
-    except TypeError:
-        return False
-
-
-class _Msg:
-    """A parsed buffer spec: ``a`` the elements (1-D, the datatype's dtype), the
-    explicit count (or None), the -v counts and displacements (or None)."""
-
-    def __init__(self, spec, name):
-        self.name = name
-        count = counts = displs = dtype = None
-        if isinstance(spec, (tuple, list)):
-            items = list(spec)
-            if not items:
-                raise InvalidArgumentError(f"{name}: an empty buffer spec")
-            buf, rest = items[0], items[1:]
-            if rest and isinstance(rest[-1], _MPI.Datatype):
-                dtype = rest.pop()
-            elif rest and isinstance(rest[-1], str):
-                dtype = np.dtype(rest.pop())  # a typecode: "f", "i", "d" ...
-            if len(rest) == 1:
-                c = rest[0]
-                if isinstance(c, tuple) and len(c) == 2 and not isinstance(c[0], int):
-                    counts, displs = c
-                elif isinstance(c, tuple) and len(c) == 2:
-                    count, displs = c  # (count, displacement) of a block spec
-                    displs = None if not displs else displs
-                    if displs:
-                        raise NotImplementedError(
-                            f"{name}: a displacement in a block buffer spec is not emulated")
-                elif isinstance(c, (list, tuple, np.ndarray)):
-                    counts = c
-                elif c is not None:
-                    count = _whole(c, name, "count")
-            elif len(rest) == 2:
-                counts, displs = rest
-            elif len(rest) > 2:
-                raise InvalidArgumentError(f"{name}: too many items in the buffer spec")
-        else:
-            buf = spec
-        if buf is None or buf is _MPI.BOTTOM:
-            raise NotImplementedError(
-                f"{name}: MPI.BOTTOM and absolute addresses (derived datatypes) are not "
-                "emulated")
-        a = _array_of(buf, name)
-        if dtype is not None:
-            if isinstance(dtype, np.dtype):
-                dt = dtype
-            elif not dtype.is_predefined:
-                raise NotImplementedError(
-                    f"{name}: derived datatypes are not emulated (only predefined ones, "
-                    f"e.g. MPI.FLOAT); got a derived datatype {dtype!r}")
-            else:
-                dt = to_numpy_dtype(dtype)
-            b = a.view(np.uint8)
-            if b.size % dt.itemsize:
-                raise InvalidArgumentError(
-                    f"{name}: {b.size} bytes is not a whole number of {dt} elements")
-            a = b.view(dt)
-        self.a = a
-        if count is not None and not 0 <= count <= a.size:
-            raise InvalidArgumentError(
-                f"{name}: count {count} is outside the buffer's {a.size} elements")
-        self.count = count
-        self.counts = None if counts is None else [_whole(c, name, "counts") for c in counts]
-        self.displs = None if displs is None else [_whole(d, name, "displs") for d in displs]
-
-    @property
-    def dtype(self):
-        return self.a.dtype
-
-    def block(self, size: int) -> int:
-        """Elements per process of a gathered/scattered buffer."""
-        if self.count is not None:
-            return self.count
-        if self.a.size % size:
-            raise InvalidArgumentError(
-                f"{self.name}: {self.a.size} elements do not divide evenly among {size} "
-                "processes")
-        return self.a.size // size
-
-    def total(self) -> int:
-        return self.a.size if self.count is None else self.count
-
-    def elems(self) -> np.ndarray:
-        return self.a[:self.total()]
-
-    def v(self, size: int, default_counts=None):
-        counts = self.counts if self.counts is not None else default_counts
-        if counts is None:
-            b = self.block(size)
-            counts = [b] * size
-        if len(counts) != size:
-            raise InvalidArgumentError(f"{self.name}: expected {size} counts, got {len(counts)}")
-        displs = self.displs
-        if displs is None:
-            displs = list(np.cumsum([0] + list(counts[:-1])))
-        elif len(displs) != size:
-            raise InvalidArgumentError(
-                f"{self.name}: expected {size} displacements, got {len(displs)}")
-        counts, displs = [int(c) for c in counts], [int(d) for d in displs]
-        for k, (c, d) in enumerate(zip(counts, displs)):
-            if c < 0 or d < 0 or d + c > self.a.size:
-                raise InvalidArgumentError(
-                    f"{self.name}: block {k} (count {c} at displacement {d}) is outside "
-                    f"the buffer's {self.a.size} elements")
-        return counts, displs
-
-
-def _whole(v, name, what) -> int:
-    """A count or displacement of a buffer spec, as an int (a clear error if not)."""
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise InvalidArgumentError(
-            f"{name}: {what} must be integers, got {type(v).__name__} {v!r}")
-    return int(v)
-
-
 def _agreed(fn):
     """A collective whose argument errors reach every member: an error raised
     here before the group heard of it (a root's own buffers, a rank's counts) is
@@ -207,24 +56,12 @@ def _agreed(fn):
     return wrapper
 
 
-def _bytes(a: np.ndarray) -> np.ndarray:
-    return a.view(np.uint8)
-
-
 def _named(source):
     """A receive's source: a rank (MPI.ANY_SOURCE is not emulated)."""
     if source == _MPI.ANY_SOURCE:
         raise NotImplementedError(
             "source: MPI.ANY_SOURCE is not emulated (receive from a named rank)")
     return source
-
-
-def _set_status(status, source, tag, nbytes: int) -> None:
-    """Fill an mpi4py MPI.Status (if one was given) for a message received."""
-    if status is not None:
-        status.Set_source(source)
-        status.Set_tag(tag)
-        status.Set_elements(_MPI.BYTE, nbytes)
 
 
 def _recv_tag(tag) -> int:
@@ -247,196 +84,6 @@ def _reduce_rows(rows: np.ndarray, op: str) -> np.ndarray:
     for r in rows[1:]:
         acc = f(acc, r)
     return acc
-
-
-class Request:
-    """A request of an I-call. The non-blocking collectives (Iallreduce, Ireduce,
-    Ireduce_scatter_block, Iscan, Iexscan, Ibcast, Iallgather, Iallgatherv,
-    Ialltoall, Ialltoallv, Igather, Iscatter; reductions on the datatypes the
-    kernels carry) are in flight: the rank's agent moves them while the program
-    computes, ``Test`` says whether they are done without blocking, ``Wait``
-    finishes them (raising their error; the -v forms place the result in
-    ``recvbuf`` then). The other I-calls complete at the call (the Request is
-    done); a receive runs at Wait/Test; a send has left at the call. The buffers
-    of a request in flight are the call's until it completes, as in MPI. A
-    request is active from its call until a Wait or a Test completes it (then the
-    Wait*/Test* of a list pass over it, as MPI's inactive requests)."""
-
-    def __init__(self, run=None, handle=None, info=None):
-        self._run = run
-        self._handle = handle  # a neuron_mpi Handle in flight (its wait() is ``run``)
-        self._info = info  # a receive's (source, tag, bytes), for its Status
-        self._active = True
-
-    def _ready(self) -> bool:
-        """Done, or done by Wait at once (a receive): Test may complete it."""
-        h = self._handle
-        return h is None or h.test()
-
-    def Wait(self, status=None):
-        self._active = False
-        if self._run is not None:
-            run, self._run, self._handle = self._run, None, None
-            run()
-        if self._info is not None:
-            _set_status(status, *self._info)
-        return True
-
-    wait = Wait
-
-    def Test(self, status=None):
-        if not self._ready():
-            return False
-        self.Wait(status)
-        return True
-
-    test = Test
-
-    def Get_status(self, status=None) -> bool:
-        """Whether the request is done, without completing it (MPI_Request_get_status)."""
-        done = not self._active or self._ready()
-        if done and self._info is not None and self._run is None:
-            _set_status(status, *self._info)
-        return done
-
-    def Free(self):
-        """Drop the request; one in flight or a receive not yet made completes
-        first (as MPI lets the operation go on, its buffers the call's until
-        then; a receive dropped would leave its message to the next one)."""
-        if self._run is not None:
-            self.Wait()
-        self._active = False
-
-    @staticmethod
-    def Waitall(requests, statuses=None):
-        requests = list(requests)
-        for k, r in enumerate(requests):
-            r.Wait(None if statuses is None else statuses[k])
-        return True
-
-    waitall = Waitall
-
-    @staticmethod
-    def Testall(requests, statuses=None):
-        """True, every request completed, once all are done; else False and none
-        is completed (as MPI_Testall)."""
-        requests = list(requests)
-        if not all(r._ready() for r in requests if r._active):
-            return False
-        return Request.Waitall(requests, statuses)
-
-    @staticmethod
-    def Waitany(requests, status=None):
-        """The index of a request completed now (one already done first), or
-        MPI.UNDEFINED when none is active (every one completed by an earlier
-        Wait or Test)."""
-        requests = list(requests)
-        active = [k for k, r in enumerate(requests) if r._active]
-        if not active:
-            return _MPI.UNDEFINED
-        i = next((k for k in active if requests[k]._ready()), active[0])
-        requests[i].Wait(status)
-        return i
-
-    @staticmethod
-    def Testany(requests, status=None):
-        """(index, True) for a request done and completed now; (MPI.UNDEFINED,
-        False) when none of the active ones is done; (MPI.UNDEFINED, True) when
-        none is active."""
-        requests = list(requests)
-        active = [k for k, r in enumerate(requests) if r._active]
-        if not active:
-            return _MPI.UNDEFINED, True
-        i = next((k for k in active if requests[k]._ready()), None)
-        if i is None:
-            return _MPI.UNDEFINED, False
-        requests[i].Wait(status)
-        return i, True
-
-    @staticmethod
-    def Waitsome(requests, statuses=None):
-        """The indices of the requests completed now, at least one (those done,
-        else the first active one waited for); None when none is active."""
-        return Request._some(list(requests), statuses, True)
-
-    @staticmethod
-    def Testsome(requests, statuses=None):
-        """The indices of the requests done and completed now (maybe none); None
-        when none is active."""
-        return Request._some(list(requests), statuses, False)
-
-    @staticmethod
-    def _some(requests, statuses, wait):
-        active = [k for k, r in enumerate(requests) if r._active]
-        if not active:
-            return None
-        done = [k for k in active if requests[k]._ready()]
-        if not done and wait:
-            done = active[:1]
-        for j, k in enumerate(done):
-            requests[k].Wait(None if statuses is None else statuses[j])
-        return done
-
-    @staticmethod
-    def Startall(requests):
-        """Start each persistent request (Prequest) of the list."""
-        for r in requests:
-            r.Start()
-
-    def __getattr__(self, name):
-        _not_emulated(self, name, _MPI.Prequest)
-
-
-class Prequest(Request):
-    """A persistent request (Comm.Send_init, Comm.Recv_init): inactive until
-    ``Start``, which makes the send (it leaves at once, with the buffer's bytes
-    at that moment) or posts the receive (made at Wait/Test, in posting order);
-    a Wait or Test completes it and it may be started again."""
-
-    def __init__(self, start):
-        super().__init__()
-        self._start = start
-        self._active = False
-
-    def Start(self):
-        if self._active:
-            raise InvalidArgumentError(
-                "request: this persistent request is active (Start it again after "
-                "Wait or Test completes it)")
-        self._info = None
-        self._run = self._start(self)
-        self._active = True
-
-    start = Start
-
-
-class NotEmulatedError(NotImplementedError, AttributeError):
-    """An mpi4py method this module does not emulate: a NotImplementedError that
-    names it, and an AttributeError, so ``hasattr`` says False."""
-
-
-def _not_emulated(obj, name, real):
-    """A missing attribute: NotEmulatedError when mpi4py's class ``real`` has it,
-    else the usual AttributeError."""
-    kind = type(obj).__name__
-    if not name.startswith("_") and hasattr(real, name):
-        raise NotEmulatedError(f"{kind}.{name}: not emulated by neuron_mpi.mpi "
-                               "(docs/api.md, 'Front-ends', lists what is)")
-    raise AttributeError(f"{kind!r} object has no attribute {name!r}")
-
-
-def _done() -> Request:
-    return Request()
-
-
-def _started(h, then=None) -> Request:
-    """The Request of an I-call: in flight when the call returned a Handle.
-    ``then``: what Wait does with the call's result (place it in recvbuf)."""
-    from ..comm import Handle
-
-    if not isinstance(h, Handle):
-        return _done()
-    return Request(h.wait if then is None else lambda: then(h.wait()), h)
 
 
 class Comm:
@@ -566,7 +213,7 @@ class Comm:
                 "mpi4py's default); other error handlers are not emulated")
 
     def __getattr__(self, name):
-        _not_emulated(self, name, _MPI.Intracomm)
+        not_emulated(self, name, _MPI.Intracomm)
 
     # --- collectives ------------------------------------------------------------------
     def Barrier(self) -> None:
@@ -574,15 +221,15 @@ class Comm:
 
     def Ibarrier(self) -> Request:
         self.Barrier()
-        return _done()
+        return done()
 
     @_agreed
     def Bcast(self, buf, root=0) -> None:
         self._bcast(buf, root, False)
 
     def _bcast(self, buf, root, async_op):
-        m = _Msg(buf, "buf")
-        b = _bytes(m.elems())
+        m = Msg(buf, "buf")
+        b = as_bytes(m.elems())
         # (the root's buffer is only read: it may be read-only, as bytes are)
         out = b if self._c.rank != root or b.flags.writeable else None
         return self._c.broadcast(b, root, out=out, async_op=async_op)
@@ -592,9 +239,9 @@ class Comm:
         self._allreduce(sendbuf, recvbuf, op, False)
 
     def _allreduce(self, sendbuf, recvbuf, op, async_op):
-        r = _Msg(recvbuf, "recvbuf")
+        r = Msg(recvbuf, "recvbuf")
         out = r.elems()
-        x = out.copy() if _is_in_place(sendbuf) else _Msg(sendbuf, "sendbuf").elems()
+        x = out.copy() if is_in_place(sendbuf) else Msg(sendbuf, "sendbuf").elems()
         self._check_same(x, out, "recvbuf")
         return self._reduce_into("all_reduce", x, out, _op_name(op), async_op=async_op)
 
@@ -606,11 +253,11 @@ class Comm:
         c = self._c
         mine = c.rank == root
         if mine:
-            out = _Msg(recvbuf, "recvbuf").elems()
-            x = out.copy() if _is_in_place(sendbuf) else _Msg(sendbuf, "sendbuf").elems()
+            out = Msg(recvbuf, "recvbuf").elems()
+            x = out.copy() if is_in_place(sendbuf) else Msg(sendbuf, "sendbuf").elems()
             self._check_same(x, out, "recvbuf")
         else:
-            x = _Msg(sendbuf, "sendbuf").elems()
+            x = Msg(sendbuf, "sendbuf").elems()
             out = None
         return self._reduce_into("reduce", x, out, _op_name(op), root=root, async_op=async_op)
 
@@ -620,21 +267,21 @@ class Comm:
 
     def _reduce_scatter_block(self, sendbuf, recvbuf, op, async_op):
         n = self._c.size
-        r = _Msg(recvbuf, "recvbuf")
-        if _is_in_place(sendbuf):
+        r = Msg(recvbuf, "recvbuf")
+        if is_in_place(sendbuf):
             blk = r.block(n)
             x = r.a[:blk * n].copy()
             out = r.a[:blk]
         else:
             out = r.elems()
-            x = _Msg(sendbuf, "sendbuf").a[:out.size * n]
+            x = Msg(sendbuf, "sendbuf").a[:out.size * n]
         return self._reduce_into("reduce_scatter", x, out, _op_name(op), counts=[out.size] * n,
                                  async_op=async_op)
 
     @_agreed
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_MPI.SUM) -> None:
         c = self._c
-        r = _Msg(recvbuf, "recvbuf")
+        r = Msg(recvbuf, "recvbuf")
         if recvcounts is None:
             mine = r.total()
             recvcounts = [int(v) for v in
@@ -643,11 +290,11 @@ class Comm:
         if len(counts) != c.size:
             raise InvalidArgumentError(f"recvcounts: expected {c.size} counts, got {len(counts)}")
         total = sum(counts)
-        if _is_in_place(sendbuf):
+        if is_in_place(sendbuf):
             x = r.a[:total].copy()
             out = r.a[:counts[c.rank]]
         else:
-            x = _Msg(sendbuf, "sendbuf").a[:total]
+            x = Msg(sendbuf, "sendbuf").a[:total]
             out = r.a[:counts[c.rank]]
         self._reduce_into("reduce_scatter", x, out, _op_name(op), counts=counts)
 
@@ -656,8 +303,8 @@ class Comm:
         self._scan(sendbuf, recvbuf, op, False)
 
     def _scan(self, sendbuf, recvbuf, op, async_op):
-        out = _Msg(recvbuf, "recvbuf").elems()
-        x = out.copy() if _is_in_place(sendbuf) else _Msg(sendbuf, "sendbuf").elems()
+        out = Msg(recvbuf, "recvbuf").elems()
+        x = out.copy() if is_in_place(sendbuf) else Msg(sendbuf, "sendbuf").elems()
         self._check_same(x, out, "recvbuf")
         return self._reduce_into("scan", x, out, _op_name(op), async_op=async_op)
 
@@ -666,8 +313,8 @@ class Comm:
         self._exscan(sendbuf, recvbuf, op, False)
 
     def _exscan(self, sendbuf, recvbuf, op, async_op):
-        out = _Msg(recvbuf, "recvbuf").elems()
-        x = out.copy() if _is_in_place(sendbuf) else _Msg(sendbuf, "sendbuf").elems()
+        out = Msg(recvbuf, "recvbuf").elems()
+        x = out.copy() if is_in_place(sendbuf) else Msg(sendbuf, "sendbuf").elems()
         self._check_same(x, out, "recvbuf")
         return self._reduce_into("exscan", x, out, _op_name(op), async_op=async_op)
 
@@ -677,15 +324,15 @@ class Comm:
 
     def _allgather(self, sendbuf, recvbuf, async_op):
         c = self._c
-        r = _Msg(recvbuf, "recvbuf")
+        r = Msg(recvbuf, "recvbuf")
         blk = r.block(c.size)
         out = r.a[:blk * c.size]
-        if _is_in_place(sendbuf):
+        if is_in_place(sendbuf):
             x = out[c.rank * blk:(c.rank + 1) * blk].copy()
         else:
-            x = _Msg(sendbuf, "sendbuf").elems()
+            x = Msg(sendbuf, "sendbuf").elems()
         self._check_dtype(x, out, "recvbuf")
-        return c.all_gather(_bytes(x), out=_bytes(out), async_op=async_op)
+        return c.all_gather(as_bytes(x), out=as_bytes(out), async_op=async_op)
 
     @_agreed
     def Allgatherv(self, sendbuf, recvbuf) -> None:
@@ -695,16 +342,16 @@ class Comm:
     def _allgatherv(self, sendbuf, recvbuf, async_op):
         """(the call's result or Handle, what places its result in recvbuf)"""
         c = self._c
-        r = _Msg(recvbuf, "recvbuf")
+        r = Msg(recvbuf, "recvbuf")
         counts, displs = r.v(c.size)
-        if _is_in_place(sendbuf):
+        if is_in_place(sendbuf):
             x = r.a[displs[c.rank]:displs[c.rank] + counts[c.rank]].copy()
         else:
-            x = _Msg(sendbuf, "sendbuf").elems()
+            x = Msg(sendbuf, "sendbuf").elems()
         self._check_dtype(x, r.a, "recvbuf")
         it = x.itemsize
-        h = c.all_gather_v(_bytes(x), [k * it for k in counts], async_op=async_op)
-        return h, lambda res: _place(r.a, res.view(r.a.dtype), counts, displs)
+        h = c.all_gather_v(as_bytes(x), [k * it for k in counts], async_op=async_op)
+        return h, lambda res: place(r.a, res.view(r.a.dtype), counts, displs)
 
     @_agreed
     def Gather(self, sendbuf, recvbuf, root=0) -> None:
@@ -713,36 +360,36 @@ class Comm:
     def _gather(self, sendbuf, recvbuf, root, async_op):
         c = self._c
         if c.rank == root:
-            r = _Msg(recvbuf, "recvbuf")
+            r = Msg(recvbuf, "recvbuf")
             blk = r.block(c.size)
             out = r.a[:blk * c.size]
-            x = out[root * blk:(root + 1) * blk].copy() if _is_in_place(sendbuf) else \
-                _Msg(sendbuf, "sendbuf").elems()
+            x = out[root * blk:(root + 1) * blk].copy() if is_in_place(sendbuf) else \
+                Msg(sendbuf, "sendbuf").elems()
             self._check_dtype(x, out, "recvbuf")
-            return c.gather(_bytes(x), root, out=_bytes(out), async_op=async_op)
-        return c.gather(_bytes(_Msg(sendbuf, "sendbuf").elems()), root, async_op=async_op)
+            return c.gather(as_bytes(x), root, out=as_bytes(out), async_op=async_op)
+        return c.gather(as_bytes(Msg(sendbuf, "sendbuf").elems()), root, async_op=async_op)
 
     @_agreed
     def Gatherv(self, sendbuf, recvbuf, root=0) -> None:
         c = self._c
         if c.rank == root:
-            r = _Msg(recvbuf, "recvbuf")
+            r = Msg(recvbuf, "recvbuf")
             counts, displs = r.v(c.size)
             x = r.a[displs[root]:displs[root] + counts[root]].copy() \
-                if _is_in_place(sendbuf) else _Msg(sendbuf, "sendbuf").elems()
+                if is_in_place(sendbuf) else Msg(sendbuf, "sendbuf").elems()
             it = x.itemsize
             mine = np.array([x.nbytes], np.int64)
         else:
-            x = _Msg(sendbuf, "sendbuf").elems()
+            x = Msg(sendbuf, "sendbuf").elems()
             mine = np.array([x.nbytes], np.int64)
         nbytes = [int(v) for v in c.all_gather(mine).tolist()]  # every member learns them
         if c.rank == root and nbytes != [k * it for k in counts]:
             raise InvalidArgumentError(
                 f"recvbuf: counts {counts} do not match what the ranks send "
                 f"({[b // it for b in nbytes]} elements)")
-        res = c.gather(_bytes(x), root, counts=nbytes)
+        res = c.gather(as_bytes(x), root, counts=nbytes)
         if c.rank == root:
-            _place(r.a, res.view(r.a.dtype), counts, displs)
+            place(r.a, res.view(r.a.dtype), counts, displs)
 
     @_agreed
     def Scatter(self, sendbuf, recvbuf, root=0) -> None:
@@ -750,41 +397,41 @@ class Comm:
 
     def _scatter(self, sendbuf, recvbuf, root, async_op):
         c = self._c
-        if c.rank == root and _is_in_place(recvbuf):
-            s = _Msg(sendbuf, "sendbuf")
+        if c.rank == root and is_in_place(recvbuf):
+            s = Msg(sendbuf, "sendbuf")
             blk = s.block(c.size)
             out = s.a[root * blk:(root + 1) * blk].copy()  # (its own block stays)
-            return c.scatter(_bytes(s.a[:blk * c.size]), _bytes(out), root,
+            return c.scatter(as_bytes(s.a[:blk * c.size]), as_bytes(out), root,
                              async_op=async_op)
-        out = _Msg(recvbuf, "recvbuf").elems()
+        out = Msg(recvbuf, "recvbuf").elems()
         x = None
         if c.rank == root:
-            s = _Msg(sendbuf, "sendbuf")
+            s = Msg(sendbuf, "sendbuf")
             x = s.a[:s.block(c.size) * c.size]
             self._check_dtype(x, out, "recvbuf")
-        return c.scatter(None if x is None else _bytes(x), _bytes(out), root,
+        return c.scatter(None if x is None else as_bytes(x), as_bytes(out), root,
                          async_op=async_op)
 
     @_agreed
     def Scatterv(self, sendbuf, recvbuf, root=0) -> None:
         c = self._c
-        mine_in_place = c.rank == root and _is_in_place(recvbuf)
+        mine_in_place = c.rank == root and is_in_place(recvbuf)
         if c.rank == root:
-            s = _Msg(sendbuf, "sendbuf")
+            s = Msg(sendbuf, "sendbuf")
             counts, displs = s.v(c.size)
             it = s.a.itemsize
         # (in place, the root's own block stays in sendbuf: its size is its count's)
         out = s.a[displs[root]:displs[root] + counts[root]].copy() if mine_in_place else \
-            _Msg(recvbuf, "recvbuf").elems()
+            Msg(recvbuf, "recvbuf").elems()
         nbytes = [int(v) for v in c.all_gather(np.array([out.nbytes], np.int64)).tolist()]
         x = None
         if c.rank == root:
-            x = np.concatenate([_bytes(s.a[d:d + k]) for k, d in zip(counts, displs)])
+            x = np.concatenate([as_bytes(s.a[d:d + k]) for k, d in zip(counts, displs)])
             if nbytes != [k * it for k in counts]:
                 raise InvalidArgumentError(
                     f"sendbuf: counts {counts} do not match the receive buffers "
                     f"({[b // it for b in nbytes]} elements)")
-        c.scatter(x, _bytes(out), root, counts=nbytes)
+        c.scatter(x, as_bytes(out), root, counts=nbytes)
 
     @_agreed
     def Alltoall(self, sendbuf, recvbuf) -> None:
@@ -792,16 +439,16 @@ class Comm:
 
     def _alltoall(self, sendbuf, recvbuf, async_op):
         c = self._c
-        r = _Msg(recvbuf, "recvbuf")
+        r = Msg(recvbuf, "recvbuf")
         blk = r.block(c.size)
         out = r.a[:blk * c.size]
-        if _is_in_place(sendbuf):
+        if is_in_place(sendbuf):
             x = out.copy()
         else:
-            s = _Msg(sendbuf, "sendbuf")
+            s = Msg(sendbuf, "sendbuf")
             x = s.a[:s.block(c.size) * c.size]
         self._check_dtype(x, out, "recvbuf")
-        return c.all_to_all(_bytes(x), out=_bytes(out), async_op=async_op)
+        return c.all_to_all(as_bytes(x), out=as_bytes(out), async_op=async_op)
 
     @_agreed
     def Alltoallv(self, sendbuf, recvbuf) -> None:
@@ -811,75 +458,75 @@ class Comm:
     def _alltoallv(self, sendbuf, recvbuf, async_op):
         """(the call's result or Handle, what places its result in recvbuf)"""
         c = self._c
-        r = _Msg(recvbuf, "recvbuf")
+        r = Msg(recvbuf, "recvbuf")
         rc, rd = r.v(c.size)
-        if _is_in_place(sendbuf):
+        if is_in_place(sendbuf):
             s_a, sc, sd = r.a.copy(), rc, rd
         else:
-            s = _Msg(sendbuf, "sendbuf")
+            s = Msg(sendbuf, "sendbuf")
             sc, sd = s.v(c.size)
             s_a = s.a
         self._check_dtype(s_a, r.a, "recvbuf")
         it = r.a.itemsize
-        x = np.concatenate([_bytes(s_a[d:d + k]) for k, d in zip(sc, sd)]) if c.size else \
+        x = np.concatenate([as_bytes(s_a[d:d + k]) for k, d in zip(sc, sd)]) if c.size else \
             np.empty(0, np.uint8)
         h = c.all_to_all_v(x, [k * it for k in sc], [k * it for k in rc], async_op=async_op)
-        return h, lambda res: _place(r.a, res.view(r.a.dtype), rc, rd)
+        return h, lambda res: place(r.a, res.view(r.a.dtype), rc, rd)
 
     # non-blocking collectives that write into recvbuf: in flight (Request)
     @_agreed
     def Ibcast(self, buf, root=0) -> Request:
-        return _started(self._bcast(buf, root, True))
+        return started(self._bcast(buf, root, True))
 
     @_agreed
     def Iallreduce(self, sendbuf, recvbuf, op=_MPI.SUM) -> Request:
-        return _started(self._allreduce(sendbuf, recvbuf, op, True))
+        return started(self._allreduce(sendbuf, recvbuf, op, True))
 
     @_agreed
     def Ireduce(self, sendbuf, recvbuf, op=_MPI.SUM, root=0) -> Request:
-        return _started(self._reduce(sendbuf, recvbuf, op, root, True))
+        return started(self._reduce(sendbuf, recvbuf, op, root, True))
 
     @_agreed
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=_MPI.SUM) -> Request:
-        return _started(self._reduce_scatter_block(sendbuf, recvbuf, op, True))
+        return started(self._reduce_scatter_block(sendbuf, recvbuf, op, True))
 
     @_agreed
     def Iscan(self, sendbuf, recvbuf, op=_MPI.SUM) -> Request:
-        return _started(self._scan(sendbuf, recvbuf, op, True))
+        return started(self._scan(sendbuf, recvbuf, op, True))
 
     @_agreed
     def Iexscan(self, sendbuf, recvbuf, op=_MPI.SUM) -> Request:
-        return _started(self._exscan(sendbuf, recvbuf, op, True))
+        return started(self._exscan(sendbuf, recvbuf, op, True))
 
     @_agreed
     def Iallgather(self, sendbuf, recvbuf) -> Request:
-        return _started(self._allgather(sendbuf, recvbuf, True))
+        return started(self._allgather(sendbuf, recvbuf, True))
 
     @_agreed
     def Ialltoall(self, sendbuf, recvbuf) -> Request:
-        return _started(self._alltoall(sendbuf, recvbuf, True))
+        return started(self._alltoall(sendbuf, recvbuf, True))
 
     @_agreed
     def Igather(self, sendbuf, recvbuf, root=0) -> Request:
-        return _started(self._gather(sendbuf, recvbuf, root, True))
+        return started(self._gather(sendbuf, recvbuf, root, True))
 
     @_agreed
     def Iscatter(self, sendbuf, recvbuf, root=0) -> Request:
-        return _started(self._scatter(sendbuf, recvbuf, root, True))
+        return started(self._scatter(sendbuf, recvbuf, root, True))
 
     @_agreed
     def Iallgatherv(self, sendbuf, recvbuf) -> Request:
-        return _started(*self._allgatherv(sendbuf, recvbuf, True))
+        return started(*self._allgatherv(sendbuf, recvbuf, True))
 
     @_agreed
     def Ialltoallv(self, sendbuf, recvbuf) -> Request:
-        return _started(*self._alltoallv(sendbuf, recvbuf, True))
+        return started(*self._alltoallv(sendbuf, recvbuf, True))
 
     # the other non-blocking collectives complete at the call
     def _now(method):
         def run(self, *args, **kwargs):
             method(self, *args, **kwargs)
-            return _done()
+            return done()
         run.__name__ = "I" + method.__name__[0].lower() + method.__name__[1:]
         run.__doc__ = f"{method.__name__}, completed at the call; returns a done Request."
         return run
@@ -892,14 +539,14 @@ class Comm:
     # --- point to point -----------------------------------------------------------------
     # MPI's matching, by tag in the order sent, over headed messages: neuron_mpi.tagged
     def Send(self, buf, dest, tag=0) -> None:
-        self._t.send(_bytes(_Msg(buf, "buf").elems()), dest, send_tag(tag))
+        self._t.send(as_bytes(Msg(buf, "buf").elems()), dest, send_tag(tag))
 
     Ssend = Send
 
     def Recv(self, buf, source=0, tag=_MPI.ANY_TAG, status=None) -> None:
         source = _named(source)
-        out = _bytes(_Msg(buf, "buf").elems())
-        _set_status(status, source, *self._t.recv(out, source, _recv_tag(tag)))
+        out = as_bytes(Msg(buf, "buf").elems())
+        set_status(status, source, *self._t.recv(out, source, _recv_tag(tag)))
 
     def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=0,
                  recvtag=_MPI.ANY_TAG, status=None) -> None:
@@ -907,25 +554,25 @@ class Comm:
         ``sendbuf`` (into the receiver's landing slots or a copy), so two ranks
         exchanging cannot wait for each other."""
         source = _named(source)
-        out = _bytes(_Msg(recvbuf, "recvbuf").elems())
+        out = as_bytes(Msg(recvbuf, "recvbuf").elems())
         recvtag = _recv_tag(recvtag)
         self.Send(sendbuf, dest, sendtag)
-        _set_status(status, source, *self._t.recv(out, source, recvtag))
+        set_status(status, source, *self._t.recv(out, source, recvtag))
 
     def Sendrecv_replace(self, buf, dest, sendtag=0, source=0, recvtag=_MPI.ANY_TAG,
                          status=None) -> None:
         """Send ``buf``, then receive into it (a send returns once its bytes have
         left the buffer, so the receive cannot overwrite them)."""
         source = _named(source)
-        m = _Msg(buf, "buf")
-        out = _bytes(m.elems())
+        m = Msg(buf, "buf")
+        out = as_bytes(m.elems())
         recvtag = _recv_tag(recvtag)
         self._t.send(out, dest, send_tag(sendtag))
-        _set_status(status, source, *self._t.recv(out, source, recvtag))
+        set_status(status, source, *self._t.recv(out, source, recvtag))
 
     def Isend(self, buf, dest, tag=0) -> Request:
         self.Send(buf, dest, tag)
-        return _done()
+        return done()
 
     Issend = Isend
 
@@ -941,7 +588,7 @@ class Comm:
         """A receive's arguments, checked now; returns ``start(req)``, which posts
         it (in posting order) and returns what makes it at ``req``'s Wait."""
         source = _named(source)
-        out = _bytes(_Msg(buf, "buf").elems())
+        out = as_bytes(Msg(buf, "buf").elems())
         tag = _recv_tag(tag)
 
         def start(req):
@@ -954,11 +601,11 @@ class Comm:
 
     def Send_init(self, buf, dest, tag=0) -> Prequest:
         """A persistent send: each Start sends the buffer's bytes of that moment."""
-        m = _Msg(buf, "buf")
+        m = Msg(buf, "buf")
         tag = send_tag(tag)
 
         def start(req):
-            self._t.send(_bytes(m.elems()), dest, tag)
+            self._t.send(as_bytes(m.elems()), dest, tag)
         return Prequest(start)
 
     Ssend_init = Bsend_init = Rsend_init = Send_init
@@ -971,7 +618,7 @@ class Comm:
         """Wait for a message from ``source`` with ``tag`` (any: MPI.ANY_TAG) and
         fill ``status`` with its tag and size, leaving it to the receive."""
         source = _named(source)
-        _set_status(status, source, *self._t.probe(source, _recv_tag(tag)))
+        set_status(status, source, *self._t.probe(source, _recv_tag(tag)))
         return True
 
     # --- helpers -------------------------------------------------------------------------
@@ -992,7 +639,7 @@ class Comm:
         c = self._c
         dt = x.dtype
         if dt in (np.complex64, np.complex128) and op == "sum":
-            x, out, dt = _real(x), None if out is None else _real(out), _real(x).dtype
+            x, out, dt = real_parts(x), None if out is None else real_parts(out), real_parts(x).dtype
             counts = None if counts is None else [k * 2 for k in counts]
         if _carried(dt):
             if which == "all_reduce":
@@ -1005,7 +652,7 @@ class Comm:
                 return c.scan(x, op, out=out, async_op=async_op)
             return c.exscan(x, op, out=out, async_op=async_op)
         # types the kernels do not carry: gather every input, reduce in rank order
-        rows = c.all_gather(_bytes(np.ascontiguousarray(x))).view(dt).reshape(c.size, -1)
+        rows = c.all_gather(as_bytes(np.ascontiguousarray(x))).view(dt).reshape(c.size, -1)
         if which == "all_reduce" or which == "reduce" and out is not None:
             out[...] = _reduce_rows(rows, op)
         elif which == "reduce_scatter":
@@ -1039,17 +686,6 @@ Comm.barrier = Comm.Barrier
 Comm.ibarrier = Comm.Ibarrier
 
 Intracomm = Comm
-
-
-def _real(a: np.ndarray) -> np.ndarray:
-    return a.view(np.float32 if a.dtype == np.complex64 else np.float64)
-
-
-def _place(dst: np.ndarray, flat: np.ndarray, counts, displs) -> None:
-    off = 0
-    for k, d in zip(counts, displs):
-        dst[d:d + k] = flat[off:off + k]
-        off += k
 
 
 class _FreedCommunicator:

@@ -639,7 +639,8 @@ class Comm:
         c = self._c
         dt = x.dtype
         if dt in (np.complex64, np.complex128) and op == "sum":
-            x, out, dt = real_parts(x), None if out is None else real_parts(out), real_parts(x).dtype
+            x, out = real_parts(x), None if out is None else real_parts(out)
+            dt = x.dtype
             counts = None if counts is None else [k * 2 for k in counts]
         if _carried(dt):
             if which == "all_reduce":

@@ -39,7 +39,7 @@ from torch._C._distributed_c10d import _create_work_from_future
 from .. import env
 from ..errors import InvalidArgumentError, NeuronMPIError
 from ..tagged import Tagged, send_tag
-from .tensors import as_numpy, complex_ok
+from .tensors import as_numpy, reduce_op
 
 BACKEND = "neuron"
 
@@ -343,17 +343,22 @@ class NeuronProcessGroup(dist.ProcessGroup):
                 f"{len(tensors)}"))
         return self._arrays(op, tensors, name)[0]
 
+    def _reduce_op(self, which, opts, tensors, name) -> str:
+        """The op of a reduction (``opts.reduceOp``, SUM without opts) as the
+        Communicator takes it for these tensors (refused on every member if their
+        dtype does not take it)."""
+        try:
+            return reduce_op(_op(opts.reduceOp) if opts is not None else "sum", tensors, name)
+        except NeuronMPIError as e:
+            self.comm.refuse(which, e)
+
     def _check(self, op, cond, msg):
         if not cond:
             self.comm.refuse(op, InvalidArgumentError(msg))
 
     # --- all-reduce ---------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
-        op = _op(opts.reduceOp) if opts is not None else "sum"
-        for t in tensors:
-            if t.is_complex() and not complex_ok(op):
-                self.comm.refuse("all_reduce", InvalidArgumentError(
-                    f"tensor: complex tensors reduce with SUM or AVG only, got {op}"))
+        op = self._reduce_op("all_reduce", opts, tensors, "tensor")
         arrays = self._arrays("all_reduce", tensors, "tensor")
         if len(arrays) == 1 and _in_flight(opts, arrays[0].nbytes, arrays[0]):
             a = arrays[0]
@@ -424,7 +429,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     # --- reduce-scatter ---------------------------------------------------------------
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
-        op = _op(opts.reduceOp) if opts is not None else "sum"
+        op = self._reduce_op("reduce_scatter", opts, output_tensors, "output")
         out = self._one("reduce_scatter", output_tensors, "output")
         self._check("reduce_scatter", len(input_lists) == 1 and len(input_lists[0]) == self.size(),
                     f"input_list: expected {self.size()} tensors (one per rank)")
@@ -442,7 +447,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return _done(output_tensors)
 
     def _reduce_scatter_base(self, output, input, opts=None):
-        op = _op(opts.reduceOp) if opts is not None else "sum"
+        op = self._reduce_op("reduce_scatter", opts, [output], "output")
         o = self._arrays("reduce_scatter", [output], "output")[0]
         x = self._arrays("reduce_scatter", [input], "input", write=False)[0]
         self._check("reduce_scatter", x.size == o.size * self.size() and o.dtype == x.dtype,
@@ -565,7 +570,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     # --- rooted ---------------------------------------------------------------------------
     def reduce(self, tensors, opts=None):
-        op = _op(opts.reduceOp)
+        op = self._reduce_op("reduce", opts, tensors, "tensor")
         root = opts.rootRank
         for a in self._arrays("reduce", tensors, "tensor"):
             self.comm.reduce(a, root, op, out=a if self.rank() == root else None)

@@ -301,9 +301,31 @@ def test_one_rank_bad_device_fails_everyone():
     assert t[0].item() == N
 
 
+def test_bool_tensors_reduce_as_logical_or_and():
+    """As gloo: SUM and MAX of bool tensors are a logical or, PRODUCT and MIN a
+    logical and; AVG is refused on every rank; bool tensors move as they are."""
+    mine = [R == 0, True, False, R % 2 == 1]
+    any_, all_ = [True, True, False, N > 1], [N == 1, True, False, False]
+    for op, want in ((dist.ReduceOp.SUM, any_), (dist.ReduceOp.MAX, any_),
+                     (dist.ReduceOp.PRODUCT, all_), (dist.ReduceOp.MIN, all_)):
+        t = torch.tensor(mine)
+        dist.all_reduce(t, op=op)
+        assert t.dtype == torch.bool and t.tolist() == want, (op, t)
+        x = torch.tensor(mine * N)
+        o = torch.zeros(4, dtype=torch.bool)
+        dist.reduce_scatter_tensor(o, x, op=op)
+        assert o.tolist() == want
+    with pytest.raises(nm.InvalidArgumentError, match="bool tensors reduce with"):
+        dist.all_reduce(torch.tensor(mine), op=dist.ReduceOp.AVG)
+    g = torch.zeros(4 * N, dtype=torch.bool)
+    dist.all_gather_into_tensor(g, torch.tensor(mine))
+    assert g.tolist() == [v for r in range(N) for v in [r == 0, True, False, r % 2 == 1]]
+
+
 def test_unsupported_dtype_names_the_argument():
-    with pytest.raises(nm.InvalidArgumentError, match="tensor: unsupported dtype torch.bool"):
-        dist.all_reduce(torch.ones(3, dtype=torch.bool))
+    with pytest.raises(nm.InvalidArgumentError,
+                       match="tensor: unsupported dtype torch.float8_e5m2fnuz"):
+        dist.all_reduce(torch.ones(3).to(torch.float8_e5m2fnuz))
     with pytest.raises(nm.InvalidArgumentError, match="op"):
         dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND)
 

@@ -17,7 +17,7 @@ single-tensor forms of all-gather, reduce-scatter and all-to-all
 (``all_gather_into_tensor``, ``reduce_scatter_tensor``, ``all_to_all_single`` with
 even splits) of at least ASYNC_MIN_BYTES, called with ``async_op=True`` (or from
 C++, as DDP's are), are in flight when they return: their
-``Work`` (``_Work``) finishes while torch computes (the rank's agent moves the
+``Work`` (``work.InFlight``) finishes while torch computes (the rank's agent moves the
 data), so ``dist.all_reduce(t, async_op=True)`` overlaps until ``work.wait()``.
 ``get_future()`` gives a future that completes by itself when the call ends (a
 thread of this module completes it, outside the engine), so DDP's comm hooks,
@@ -29,17 +29,15 @@ docs/api.md ("Front-ends").
 """
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
 
 from .. import env
 from ..errors import InvalidArgumentError, NeuronMPIError
 from ..tagged import Tagged, send_tag
 from .tensors import as_numpy, reduce_op
+from .work import InFlight, Later, done
 
 BACKEND = "neuron"
 
@@ -71,7 +69,7 @@ def _env_from_mpi() -> None:
 
 _WORLD = []
 
-#: async calls on tensors of at least this many bytes run in flight (``_Work``);
+#: async calls on tensors of at least this many bytes run in flight (``InFlight``);
 #: smaller ones complete at the call, where an async call's set-up (tens of
 #: microseconds: docs/benchmarks.md, "The overlap benchmark's checks") would cost
 #: more than the data
@@ -85,177 +83,6 @@ def world_communicator():
         from .. import env
         _WORLD.append(nm.init(strict=env.strict_groups()))
     return _WORLD[0]
-
-
-def _done(value) -> dist.Work:
-    fut = torch.futures.Future()
-    fut.set_result(value)
-    return _create_work_from_future(fut)
-
-
-class _Work(dist.Work):
-    """The Work of a call in flight (a neuron_mpi Handle): ``wait()`` finishes it
-    and raises its error; ``is_completed()`` asks without blocking; ``result()``
-    waits first. ``get_future()`` gives a future that completes by itself when the
-    call ends (the completer thread, _complete_futures), so DDP's comm hooks,
-    which take it at once and wait for it at the end of backward, overlap too.
-    Every call put in flight writes its result in place: ``value`` (what
-    result() and the future give) is ready once the handle's wait() returns."""
-
-    def __init__(self, handle, value):
-        super().__init__()
-        self._h = handle
-        self._value = value
-        self._lock = threading.Lock()  # (wait() from two threads finishes it once)
-        self._over = False
-        self._error = None
-        self._fut = None
-        self.ended = threading.Event()  # set when the call's execution ends
-        ex = handle._ex
-        ex.on_done = self.ended.set
-        if ex.done:  # (ended before on_done was set: _finish reads it after done)
-            self.ended.set()
-
-    def _complete(self) -> None:
-        with self._lock:
-            if not self._over:
-                try:
-                    self._h.wait()
-                except BaseException as e:
-                    self._error = e
-                self._over = True
-                self._h = None
-        if self._error is not None:
-            raise self._error
-
-    def wait(self, timeout=None):
-        self._complete()
-        return True
-
-    synchronize = wait
-
-    def is_completed(self):
-        if self._over:
-            return True
-        h = self._h
-        return h is None or h.test()
-
-    def is_success(self):
-        if not self.is_completed():
-            return False
-        try:
-            self._complete()
-        except BaseException:
-            return False
-        return True
-
-    def exception(self):
-        if not self.is_completed():
-            return None
-        try:
-            self._complete()
-        except BaseException as e:
-            return e
-        return None
-
-    def result(self):
-        self._complete()
-        return self._value
-
-    def get_future(self):
-        with self._lock:
-            fut = self._fut
-            if fut is None:
-                fut = self._fut = torch.futures.Future()
-                if not self._over:
-                    _completer().put(self)
-                    return fut
-            else:
-                return fut
-        _settle(fut, self._complete, self._value)  # (already finished)
-        return fut
-
-
-class _Later(dist.Work):
-    """The Work of a receive made at its wait (``make``: neuron_mpi.tagged's
-    posted receive), so that a receive posted before the matching send (irecv
-    then isend, batch_isend_irecv) cannot wait for it: the send leaves at once.
-    ``get_future()`` makes it first."""
-
-    def __init__(self, make, value):
-        super().__init__()
-        self._make = make
-        self._value = value
-        self._over = False
-
-    def wait(self, timeout=None):
-        if not self._over:
-            self._make()
-            self._over = True
-        return True
-
-    synchronize = wait
-
-    def is_completed(self):
-        return self._over
-
-    def result(self):
-        self.wait()
-        return self._value
-
-    def get_future(self):
-        fut = torch.futures.Future()
-        _settle(fut, self.wait, self._value)
-        return fut
-
-
-def _settle(fut, finish, value) -> None:
-    """Run ``finish`` (a call's end) and complete ``fut`` with ``value`` or the
-    error it raised."""
-    try:
-        finish()
-    except BaseException as e:
-        fut.set_exception(e)
-    else:
-        fut.set_result(value)
-
-
-_COMPLETER: list = []  # the completer thread's queue, once started
-
-
-def _completer():
-    """The queue of the thread that completes get_future()'s futures (started on
-    first use)."""
-    if not _COMPLETER:
-        import queue
-
-        q = queue.SimpleQueue()
-        threading.Thread(target=_complete_futures, args=(q,), name="neuron_mpi-futures",
-                         daemon=True).start()
-        _COMPLETER.append(q)
-    return _COMPLETER[0]
-
-
-def _complete_futures(q) -> None:
-    """Complete the futures of calls in flight, in the order they were asked for,
-    each when its call's execution has ended: the agent moves the data, this thread
-    only waits (asleep) and then finishes the call (no data moves here, nothing
-    waits for the engine), so torch's callbacks on the future never run on the
-    agent or under the engine's lock. Past the call's timeout (NEURON_MPI_TIMEOUT)
-    the call is waited for as wait() does, which raises its timeout."""
-    import time
-
-    while True:
-        w = q.get()
-        try:
-            seconds = env.timeout_seconds()
-        except Exception:
-            seconds = None
-        end = None if seconds is None else time.monotonic() + seconds
-        while not w.ended.wait(1.0):
-            if end is not None and time.monotonic() >= end:
-                break
-        _settle(w._fut, w._complete, w._value)
 
 
 def _in_flight(opts, nbytes: int, *arrays) -> bool:
@@ -362,10 +189,10 @@ class NeuronProcessGroup(dist.ProcessGroup):
         arrays = self._arrays("all_reduce", tensors, "tensor")
         if len(arrays) == 1 and _in_flight(opts, arrays[0].nbytes, arrays[0]):
             a = arrays[0]
-            return _Work(self.comm.all_reduce(a, op, out=a, async_op=True), tensors)
+            return InFlight(self.comm.all_reduce(a, op, out=a, async_op=True), tensors)
         for a in arrays:
             self.comm.all_reduce(a, op, out=a)
-        return _done(tensors)
+        return done(tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
         return self.allreduce(tensors, opts)
@@ -394,7 +221,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         for o, c in zip(oa, counts):
             o[...] = res[off:off + c].reshape(o.shape)
             off += c
-        return _done(output_tensors)
+        return done(output_tensors)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         """output_lists[r][i]: rank r's input_list[i]."""
@@ -403,7 +230,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
                     f"{len(output_lists)}")
         for i, x in enumerate(input_list):
             self.allgather([[outs[i] for outs in output_lists]], [x], opts)
-        return _done(output_lists)
+        return done(output_lists)
 
     def _allgather_base(self, output, input, opts=None):
         o = self._arrays("all_gather", [output], "output_tensor")[0]
@@ -412,18 +239,18 @@ class NeuronProcessGroup(dist.ProcessGroup):
                     f"output_tensor: expected {x.size * self.size()} elements of {x.dtype} "
                     f"(world size x input), got {o.size} of {o.dtype}")
         if _in_flight(opts, o.nbytes, o):
-            return _Work(self.comm.all_gather(_flat(x), out=o.reshape(-1), async_op=True),
+            return InFlight(self.comm.all_gather(_flat(x), out=o.reshape(-1), async_op=True),
                          [output])
         res = self.comm.all_gather(_flat(x))
         o[...] = res.reshape(o.shape)
-        return _done([output])
+        return done([output])
 
     all_gather_single = _allgather_base
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
         for o, x in zip(outputs, inputs):
             self._allgather_base(o, x, opts)
-        return _done(outputs)
+        return done(outputs)
 
     all_gather_single_coalesced = allgather_into_tensor_coalesced
 
@@ -444,7 +271,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         else:
             res = self.comm.reduce_scatter_v(x, counts, op)
         out[...] = res.reshape(out.shape)
-        return _done(output_tensors)
+        return done(output_tensors)
 
     def _reduce_scatter_base(self, output, input, opts=None):
         op = self._reduce_op("reduce_scatter", opts, [output], "output")
@@ -454,18 +281,18 @@ class NeuronProcessGroup(dist.ProcessGroup):
                     f"input: expected {o.size * self.size()} elements of {o.dtype} "
                     f"(world size x output), got {x.size} of {x.dtype}")
         if _in_flight(opts, x.nbytes, o):
-            return _Work(self.comm.reduce_scatter(_flat(x), op, out=o.reshape(-1),
+            return InFlight(self.comm.reduce_scatter(_flat(x), op, out=o.reshape(-1),
                                                   async_op=True), [output])
         res = self.comm.reduce_scatter(_flat(x), op)
         o[...] = res.reshape(o.shape)
-        return _done([output])
+        return done([output])
 
     reduce_scatter_single = _reduce_scatter_base
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         for o, x in zip(outputs, inputs):
             self._reduce_scatter_base(o, x, opts)
-        return _done(outputs)
+        return done(outputs)
 
     reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
@@ -481,7 +308,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
                         f"input: {_rows(input)} rows must divide evenly into {n} blocks and "
                         "match output's size")
             if _in_flight(opts, o.nbytes, o):
-                return _Work(self.comm.all_to_all(_flat(x), out=o.reshape(-1), async_op=True),
+                return InFlight(self.comm.all_to_all(_flat(x), out=o.reshape(-1), async_op=True),
                              [output])
             res = self.comm.all_to_all(_flat(x))
         else:
@@ -496,7 +323,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
                         "input and output")
             res = self.comm.all_to_all_v(_flat(x), [c * re for c in sc], [c * re for c in rc])
         o[...] = res.reshape(o.shape)
-        return _done([output])
+        return done([output])
 
     def all_to_all_single(self, output, input, output_split_sizes=None,
                           input_split_sizes=None, opts=None):
@@ -518,18 +345,18 @@ class NeuronProcessGroup(dist.ProcessGroup):
         for o in outs:
             o[...] = res[off:off + o.size].reshape(o.shape)
             off += o.size
-        return _done(output_tensors)
+        return done(output_tensors)
 
     # --- broadcast, barrier ------------------------------------------------------------
     def broadcast(self, tensors, opts=None):
         root = opts.rootRank if opts is not None else 0
         for a in self._arrays("broadcast", tensors, "tensor"):
             self.comm.broadcast(a, root, out=a)
-        return _done(tensors)
+        return done(tensors)
 
     def barrier(self, opts=None):
         self.comm.barrier()
-        return _done(None)
+        return done(None)
 
     # --- point to point -----------------------------------------------------------------
     # Matched by tag (the first message from the source with that tag, in the order
@@ -539,7 +366,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         tag = send_tag(tag)
         for a in self._arrays_p2p(tensors, "tensor", False):
             self._tagged.send(np.ascontiguousarray(a).reshape(-1).view(np.uint8), dst, tag)
-        return _done(tensors)
+        return done(tensors)
 
     def recv(self, tensors, src, tag=0):
         tag = send_tag(tag)
@@ -557,7 +384,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
                         f"{a.nbytes}")
                 if b is not a:
                     a[...] = b
-        return _Later(make, tensors)
+        return Later(make, tensors)
 
     def recv_anysource(self, tensors, tag=0):
         raise NotImplementedError(
@@ -574,7 +401,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         root = opts.rootRank
         for a in self._arrays("reduce", tensors, "tensor"):
             self.comm.reduce(a, root, op, out=a if self.rank() == root else None)
-        return _done(tensors)
+        return done(tensors)
 
     def gather(self, output_lists, input_tensors, opts=None):
         root = opts.rootRank
@@ -592,7 +419,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         if self.rank() == root:
             for i, o in enumerate(outs):
                 o[...] = res[i * x.size:(i + 1) * x.size].reshape(o.shape)
-        return _done(output_lists)
+        return done(output_lists)
 
     def scatter(self, output_tensors, input_lists, opts=None):
         root = opts.rootRank
@@ -610,7 +437,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
         self.comm.scatter(x, flat, root)
         if not np.shares_memory(flat, out):
             out[...] = flat.reshape(out.shape)
-        return _done(output_tensors)
+        return done(output_tensors)
 
 
 def _create(dist_opts, backend_opts):

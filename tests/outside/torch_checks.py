@@ -163,7 +163,8 @@ def test_large_calls_are_in_flight_while_torch_computes():
     exact."""
     import time
 
-    from neuron_mpi.torch import ASYNC_MIN_BYTES, _Work
+    from neuron_mpi.torch import ASYNC_MIN_BYTES
+    from neuron_mpi.torch.work import InFlight as _Work
 
     k = ASYNC_MIN_BYTES // 4  # float32 elements: the smallest call in flight
     t = torch.full((k,), float(R + 1))
@@ -221,7 +222,8 @@ def test_ddp_buckets_of_at_least_64_kib_run_in_flight():
     the averaged gradients are exact."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from neuron_mpi.torch import NeuronProcessGroup, _Work
+    from neuron_mpi.torch import NeuronProcessGroup
+    from neuron_mpi.torch.work import InFlight as _Work
 
     seen = []
     orig = NeuronProcessGroup.allreduce

@@ -1283,6 +1283,21 @@ class Communicator:
         self._received(src, state["total"], out, flat, staging)
         return out
 
+    def arrived(self, src, count=1) -> bool:
+        """Whether the next ``count`` messages from ``src`` have begun to arrive
+        here (the first piece of each), without waiting or taking them: a recv of
+        them then waits only for bytes already on their way (a front-end's
+        non-blocking probe: MPI_Iprobe, a receive request's Test)."""
+        self._ensure_usable()
+        src = V.rank(src, self.size, "src")
+        count = V.integer(count, "count", lo=1)
+        eng = self._engine
+        eng.try_progress()  # (arrivals over MPI are filed by a pass of progress)
+        n = self._p2p_recv.get(src, 0)
+        with eng.held():
+            return all(eng.has((self._id, 0, self._p2p_xid(src, n + k), 0))
+                       for k in range(count))
+
     def sendrecv(self, x, dst, out, src, timeout=None):
         """Send ``x`` to ``dst`` and receive the next message from ``src`` into ``out``
         (exactly its size) together, as MPI_Sendrecv; returns ``out``. Matches plain

@@ -362,12 +362,11 @@ class Engine:
                 self.shm.drop(self._dead_ids)
 
     def has(self, key) -> bool:
+        """Whether the piece with this key has arrived (call with the lock held);
+        it stays where it is for take()."""
         if key in self.inbox:
             return True
-        if self.shm is not None:
-            a = self.shm.take(key)
-            return a is not None
-        return False
+        return self.shm is not None and self.shm.holds(key)
 
     # --- waiting --------------------------------------------------------------------
     def _pause(self, pause: float, deadline) -> float | None:

@@ -61,8 +61,51 @@ class Tagged:
                 got.append(self._match(src, tag, out))
             return got[0]
 
+        make.tag = tag
         posted.append(make)
         return make
+
+    def ready(self, src: int, make) -> bool:
+        """Whether the posted receive ``make`` (from ``post``) can be made now
+        without waiting: it was made already, or the messages that it and the
+        receives posted before it from ``src`` match have arrived (MPI_Test of a
+        receive request). Never waits."""
+        posted = self._posted.get(src) or []
+        if make not in posted:
+            return True
+        self._pull(src)
+        return self._claim(src, posted[:posted.index(make) + 1])[0]
+
+    def iprobe(self, src: int, tag: int):
+        """(its tag, its size) of a message from ``src`` with ``tag`` that has
+        arrived, left to its receive, or None (MPI_Iprobe). Never waits; messages
+        that posted receives will take are passed over, as for ``probe``."""
+        self._pull(src)
+        for t, data in self._claim(src, self._posted.get(src) or ())[1]:
+            if tag == ANY or t == tag:
+                return t, data.nbytes
+        return None
+
+    def _claim(self, src, receives) -> tuple:
+        """Match ``receives`` (posted, in posting order) against the messages set
+        aside from ``src`` as MPI does, each taking the first that matches its tag:
+        (whether every one found its message, the messages none took)."""
+        left = list(self._early.get(src, ()))
+        every = True
+        for m in receives:
+            k = next((i for i, (t, _) in enumerate(left) if m.tag == ANY or t == m.tag), None)
+            if k is None:
+                every = False  # (it waits for a later message)
+            else:
+                del left[k]
+        return every, left
+
+    def _pull(self, src) -> None:
+        """Set aside every message from ``src`` that has arrived (its header and the
+        first piece of its bytes), without waiting for one that has not."""
+        early = self._early.setdefault(src, [])
+        while self.comm.arrived(src, 2):
+            early.append(self._next(src))
 
     def probe(self, src: int, tag: int) -> tuple:
         """Wait for a message from ``src`` with ``tag``; (its tag, its size), left

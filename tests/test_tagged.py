@@ -30,6 +30,9 @@ class Wire:
                 assert msg.nbytes == out.nbytes, "a receive of the wrong size"
                 out.reshape(-1).view(np.uint8)[...] = msg
                 return out
+
+            def arrived(self, src, count=1):
+                return len(wire.q[me]) >= count
         return End()
 
 
@@ -91,3 +94,32 @@ def test_posted_receives_match_in_posting_order():
 def test_bad_send_tags_are_refused(tag):
     with pytest.raises(InvalidArgumentError, match="tag: expected an integer"):
         send_tag(tag)
+
+
+def test_a_posted_receive_is_ready_once_its_messages_are_here_and_iprobe_waits_for_none():
+    """ready() and iprobe() never wait: a posted receive is ready once it and the
+    receives posted before it have their messages here (matched as MPI matches
+    them: each the first that fits, in posting order); iprobe reports only a
+    message no posted receive will take, and only once its bytes have begun to
+    arrive too."""
+    w = Wire()
+    a, b = Tagged(w.end(0)), Tagged(w.end(1))
+    x, y = np.zeros(1), np.zeros(1)
+    mx = b.post(x.view(np.uint8), 0, 5)
+    my = b.post(y.view(np.uint8), 0, ANY)
+    assert not b.ready(0, mx) and not b.ready(0, my) and b.iprobe(0, ANY) is None
+    a.send(_b(7.0), 1, 7)
+    # (my would take it, but mx, posted first, waits for tag 5)
+    assert not b.ready(0, mx) and not b.ready(0, my) and b.iprobe(0, 7) is None
+    w.q[1].append(np.array([5, 8], np.int64).view(np.uint8))  # a header alone
+    assert not b.ready(0, mx)
+    w.q[1].append(_b(5.0))  # and its bytes
+    assert b.ready(0, mx) and b.ready(0, my) and b.iprobe(0, ANY) is None
+    a.send(_b(9.0, 9.5), 1, 9)
+    assert b.iprobe(0, 9) == (9, 16) and b.iprobe(0, ANY) == (9, 16)
+    assert b.iprobe(0, 5) is None
+    assert my() == (7, 8) and (x[0], y[0]) == (5.0, 7.0)  # (mx made first)
+    assert b.ready(0, mx) and b.ready(0, my)  # (made)
+    out = np.zeros(2)
+    assert b.recv(out.view(np.uint8), 0, ANY) == (9, 16) and out.tolist() == [9.0, 9.5]
+    assert b.iprobe(0, ANY) is None

@@ -596,6 +596,7 @@ class Comm:
 
             def run():
                 req._info = (source,) + make()
+            req._poll = lambda: self._t.ready(source, make)
             return run
         return start
 
@@ -620,6 +621,20 @@ class Comm:
         source = _named(source)
         set_status(status, source, *self._t.probe(source, _recv_tag(tag)))
         return True
+
+    def Iprobe(self, source=0, tag=_MPI.ANY_TAG, status=None) -> bool:
+        """Whether a message from ``source`` with ``tag`` has arrived (never waits);
+        if so ``status`` gets its tag and size, and it is left to the receive.
+        Messages that receives posted earlier (Irecv) will take are not reported."""
+        source = _named(source)
+        got = self._t.iprobe(source, _recv_tag(tag))
+        if got is None:
+            return False
+        set_status(status, source, *got)
+        return True
+
+    probe = Probe
+    iprobe = Iprobe
 
     # --- helpers -------------------------------------------------------------------------
     def _check_dtype(self, x, out, name):
@@ -674,13 +689,13 @@ for _name in ("bcast", "send", "recv", "sendrecv", "isend", "irecv", "reduce", "
 def _probe_refused(name):
     def method(self, *args, **kwargs):
         raise NotImplementedError(
-            f"Comm.{name}: not emulated (a receive cannot be tested without waiting for "
-            "it): Comm.Probe waits for a message from a named source")
+            f"Comm.{name}: matched probes (MPI.Message) are not emulated: Probe or "
+            "Iprobe, then Recv, from a named source")
     method.__name__ = name
     return method
 
 
-for _name in ("probe", "iprobe", "mprobe", "improbe", "Iprobe", "Mprobe", "Improbe"):
+for _name in ("mprobe", "improbe", "Mprobe", "Improbe"):
     setattr(Comm, _name, _probe_refused(_name))
 # (not pickle-based: the same as the buffer methods)
 Comm.barrier = Comm.Barrier

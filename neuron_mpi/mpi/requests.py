@@ -23,7 +23,8 @@ class Request:
     computes, ``Test`` says whether they are done without blocking, ``Wait``
     finishes them (raising their error; the -v forms place the result in
     ``recvbuf`` then). The other I-calls complete at the call (the Request is
-    done); a receive runs at Wait/Test; a send has left at the call. The buffers
+    done); a receive is made at Wait, or at a Test that finds its message here
+    (Test never waits for one); a send has left at the call. The buffers
     of a request in flight are the call's until it completes, as in MPI. A
     request is active from its call until a Wait or a Test completes it (then the
     Wait*/Test* of a list pass over it, as MPI's inactive requests)."""
@@ -32,10 +33,14 @@ class Request:
         self._run = run
         self._handle = handle  # a neuron_mpi Handle in flight (its wait() is ``run``)
         self._info = info  # a receive's (source, tag, bytes), for its Status
+        self._poll = None  # a receive not yet made: whether its message is here
         self._active = True
 
     def _ready(self) -> bool:
-        """Done, or done by Wait at once (a receive): Test may complete it."""
+        """Done, or done by Wait at once (a receive whose message is here): Test
+        may complete it."""
+        if self._run is not None and self._poll is not None:
+            return self._poll()
         h = self._handle
         return h is None or h.test()
 

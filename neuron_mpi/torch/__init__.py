@@ -384,7 +384,9 @@ class NeuronProcessGroup(dist.ProcessGroup):
                         f"{a.nbytes}")
                 if b is not a:
                     a[...] = b
-        return Later(make, tensors)
+        last = makes[-1] if makes else None
+        return Later(make, tensors,
+                     None if last is None else lambda: self._tagged.ready(src, last))
 
     def recv_anysource(self, tensors, tag=0):
         raise NotImplementedError(

@@ -106,12 +106,15 @@ class Later(dist.Work):
     """The Work of a receive made at its wait (``make``: neuron_mpi.tagged's
     posted receive), so that a receive posted before the matching send (irecv
     then isend, batch_isend_irecv) cannot wait for it: the send leaves at once.
-    ``get_future()`` makes it first."""
+    ``is_completed()`` makes it when its message is here (``ready``, which never
+    waits), so a program polling it sees it complete; ``get_future()`` makes it
+    first."""
 
-    def __init__(self, make, value):
+    def __init__(self, make, value, ready=None):
         super().__init__()
         self._make = make
         self._value = value
+        self._ready = ready
         self._over = False
 
     def wait(self, timeout=None):
@@ -123,6 +126,8 @@ class Later(dist.Work):
     synchronize = wait
 
     def is_completed(self):
+        if not self._over and (self._ready is None or self._ready()):
+            self.wait()
         return self._over
 
     def result(self):

@@ -182,6 +182,11 @@ class ShmTransport:
         slot = native.find(self.seg8, self.g, key[0], key[1], key[2], key[3])
         return None if slot < 0 else self._arrival(slot)
 
+    def holds(self, key) -> bool:
+        """Whether the piece with this key is in one of this rank's slots (left
+        there: a piece still in its sender's memory is not read)."""
+        return native.find(self.seg8, self.g, key[0], key[1], key[2], key[3]) >= 0
+
     def reads(self) -> bool:
         """Do this domain's receivers read pieces from their senders (enable_reads)?"""
         return bool(self.g[native.G_PULL])

@@ -953,3 +953,36 @@ def test_a_sender_waiting_for_a_read_names_the_reader(comm, monkeypatch):
     monkeypatch.delenv("NEURON_MPI_CHECK")
     xs, want = _sum_input(comm, "after-unread", 4)
     assert_same(comm.all_reduce(xs), want, "the session's communicator still works")
+
+
+def test_arrived_says_whether_messages_are_here_without_waiting(comm):
+    """``arrived(src, count)`` never waits: False before the sender has sent (it
+    waits in a barrier), True once the first piece of each of the next ``count``
+    messages is here (a small one and one of many pieces), False again once they
+    are received; a bad source is named."""
+    import time
+
+    import neuron_mpi as nm
+
+    if comm.size < 2:
+        return
+    small = np.arange(5, dtype=np.float32)
+    big = np.arange(100_000, dtype=np.float32)  # (more than a slot: many pieces)
+    if comm.rank == 0:
+        assert not comm.arrived(1) and not comm.arrived(1, 2)
+        with pytest.raises(nm.InvalidArgumentError, match="src"):
+            comm.arrived(comm.size)
+        comm.barrier()
+        deadline = time.monotonic() + 60
+        while not comm.arrived(1, 2):
+            assert time.monotonic() < deadline, "the messages never showed"
+            time.sleep(0.001)
+        assert_same(comm.recv(np.empty_like(small), 1), small, "recv after arrived")
+        assert_same(comm.recv(np.empty_like(big), 1), big, "recv after arrived")
+        assert not comm.arrived(1)
+    else:
+        comm.barrier()
+        if comm.rank == 1:
+            comm.send(small, 0)
+            comm.send(big, 0)
+    comm.barrier()

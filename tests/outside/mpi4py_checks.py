@@ -4,6 +4,7 @@ point to point, communicators, and what is refused."""
 from __future__ import annotations
 
 import array
+import time
 
 import numpy as np
 import pytest
@@ -386,4 +387,36 @@ def test_split_type_names_and_what_is_not_emulated():
         W.Create_cart([N])
     with pytest.raises(NotImplementedError, match="Request.Cancel: not emulated"):
         W.Ibarrier().Cancel()
+    W.Barrier()
+
+
+def test_test_and_iprobe_never_wait():
+    """Test of a receive and Iprobe say False while its message has not come (the
+    sender waits in a barrier), True once it is here; Iprobe passes over a message
+    an Irecv posted earlier will take; Test then completes the receive."""
+    if N < 2:
+        pytest.skip("needs 2 ranks")
+    if R == 0:
+        got, st = np.zeros(3), MPI.Status()
+        req = W.Irecv(got, 1, tag=5)
+        assert not req.Test() and not W.Iprobe(1, 5) and not W.iprobe(1)
+        assert not MPI.Request.Testany([req])[1] and MPI.Request.Testsome([req]) == []
+        W.Barrier()
+        deadline = time.monotonic() + 30
+        while not W.Iprobe(1, MPI.ANY_TAG, st):  # (tag 6: the Irecv takes tag 5)
+            assert time.monotonic() < deadline, "the message never showed"
+            time.sleep(0.001)
+        assert st.Get_tag() == 6 and st.Get_count(MPI.DOUBLE) == 2
+        while not req.Test(st):
+            assert time.monotonic() < deadline, "the receive never completed"
+            time.sleep(0.001)
+        assert got.tolist() == [1.0, 2.0, 3.0] and st.Get_tag() == 5
+        two = np.zeros(2)
+        W.Recv(two, 1, tag=6)
+        assert two.tolist() == [4.0, 5.0]
+    else:
+        W.Barrier()
+        if R == 1:
+            W.Send(np.array([1.0, 2.0, 3.0]), 0, tag=5)
+            W.Send(np.array([4.0, 5.0]), 0, tag=6)
     W.Barrier()

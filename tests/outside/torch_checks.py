@@ -374,3 +374,28 @@ def test_example_identical_to_gloo(name, capsys):
         line = capsys.readouterr().out.strip().splitlines()[-1]
         assert line.endswith("identical on every rank, identical to gloo"), line
         assert f"on {N} ranks" in line
+
+
+def test_irecv_is_completed_polls_without_waiting():
+    """is_completed() of an irecv is False while its message has not come (the
+    sender waits in a barrier) and turns True by itself once it is here."""
+    if N < 2:
+        pytest.skip("needs 2 ranks")
+    import time
+
+    if R == 0:
+        t = torch.zeros(3)
+        w = dist.irecv(t, src=1, tag=4)
+        assert not w.is_completed()
+        dist.barrier()
+        deadline = time.monotonic() + 30
+        while not w.is_completed():
+            assert time.monotonic() < deadline, "the receive never completed"
+            time.sleep(0.001)
+        assert t.tolist() == [1.0, 2.0, 3.0]
+        w.wait()
+    else:
+        dist.barrier()
+        if R == 1:
+            dist.send(torch.tensor([1.0, 2.0, 3.0]), dst=0, tag=4)
+    dist.barrier()

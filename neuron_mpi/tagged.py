@@ -6,7 +6,10 @@ receive takes the first message from its source whose tag matches (ANY: any), in
 the order sent, into a buffer at least its size; the messages it passes over wait,
 in order, for the receives that match them. Receives posted ahead (``post``) are
 made at their wait, in posting order per source, whatever order they are waited
-in; a blocking receive first makes the ones posted before it. A send returns once
+in; a blocking receive or probe passes over the messages they take (as MPI's
+matching: a receive posted earlier matches first), without waiting for theirs. A
+receive or probe from any source polls every source (``Communicator.arrived``,
+which never waits). A send returns once
 its bytes have left (Communicator.send), so a receive posted before the matching
 send, or two ranks sending to each other, cannot wait for each other.
 """
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import InvalidArgumentError
+from .errors import CollectiveTimeoutError, InvalidArgumentError
 
 ANY = -1
 TAG_UB = 2 ** 31 - 1  # (Open MPI's MPI_TAG_UB; the standard's least is 32767)
@@ -42,9 +45,70 @@ class Tagged:
 
     def recv(self, out: np.ndarray, src: int, tag: int) -> tuple:
         """Receive into ``out`` (bytes) the first message from ``src`` whose tag
-        matches ``tag`` (ANY: any); (its tag, its size)."""
-        self._posted_first(src)
-        return self._match(src, tag, out)
+        matches ``tag`` (ANY: any) and that no receive posted before it takes;
+        (its tag, its size). Waits for that message only: a posted receive whose
+        message has not come does not hold it up."""
+        if not self._posted.get(src):
+            return self._match(src, tag, out)
+        early = self._early.setdefault(src, [])
+        while True:
+            k = self._free(src, tag)
+            if k is not None:
+                t, data = early.pop(k)
+                return _deliver(out, t, data, src)
+            early.append(self._next(src))
+
+    def recv_any(self, out: np.ndarray, tag: int, deadline=None) -> tuple:
+        """Receive from any source (MPI.ANY_SOURCE): the first message that has
+        arrived, from any rank (this rank's own too), whose tag matches and that
+        no posted receive takes; (its source, its tag, its size). Polls the
+        sources (``Communicator.arrived``), sleeping between rounds (20 us up to
+        1 ms); CollectiveTimeoutError past ``deadline`` (time.monotonic())."""
+        src, _ = self._wait_any(tag, deadline, "recv")
+        t, data = self._early[src].pop(self._free(src, tag))
+        return (src,) + _deliver(out, t, data, src)
+
+    def probe_any(self, tag: int, deadline=None) -> tuple:
+        """Wait for a message from any source with ``tag``, left to its receive;
+        (its source, its tag, its size)."""
+        src, (t, data) = self._wait_any(tag, deadline, "probe")
+        return src, t, data.nbytes
+
+    def iprobe_any(self, tag: int):
+        """(source, tag, size) of a message from any source that has arrived with
+        ``tag``, left to its receive, or None. Never waits."""
+        for src in self._sources():
+            got = self.iprobe(src, tag)
+            if got is not None:
+                return (src,) + got
+        return None
+
+    def _wait_any(self, tag, deadline, what) -> tuple:
+        import time
+
+        pause = 20e-6
+        while True:
+            for src in self._sources():
+                self._pull(src)
+                k = self._free(src, tag)
+                if k is not None:
+                    return src, self._early[src][k]
+            if deadline is not None and time.monotonic() >= deadline:
+                raise CollectiveTimeoutError(
+                    f"{what} from any source (tag {'any' if tag == ANY else tag}): no "
+                    f"message came from any of the {self.comm.size} ranks in time")
+            time.sleep(pause)
+            pause = min(pause * 2, 1e-3)
+
+    def _sources(self):
+        """Every source, starting after the one served last (so that one busy
+        sender does not hide the others)."""
+        n = self.comm.size
+        first = getattr(self, "_last_any", -1) + 1
+        for k in range(n):
+            src = (first + k) % n
+            self._last_any = src
+            yield src
 
     def post(self, out: np.ndarray, src: int, tag: int):
         """A receive made later, in posting order: returns ``make()``, which makes
@@ -74,31 +138,28 @@ class Tagged:
         if make not in posted:
             return True
         self._pull(src)
-        return self._claim(src, posted[:posted.index(make) + 1])[0]
+        return None not in self._claims(src, posted[:posted.index(make) + 1])
+
+    def probe(self, src: int, tag: int) -> tuple:
+        """Wait for a message from ``src`` with ``tag`` that no posted receive
+        takes; (its tag, its size), left to its receive."""
+        early = self._early.setdefault(src, [])
+        while True:
+            k = self._free(src, tag)
+            if k is not None:
+                return early[k][0], early[k][1].nbytes
+            early.append(self._next(src))
 
     def iprobe(self, src: int, tag: int):
         """(its tag, its size) of a message from ``src`` with ``tag`` that has
         arrived, left to its receive, or None (MPI_Iprobe). Never waits; messages
         that posted receives will take are passed over, as for ``probe``."""
         self._pull(src)
-        for t, data in self._claim(src, self._posted.get(src) or ())[1]:
-            if tag == ANY or t == tag:
-                return t, data.nbytes
-        return None
-
-    def _claim(self, src, receives) -> tuple:
-        """Match ``receives`` (posted, in posting order) against the messages set
-        aside from ``src`` as MPI does, each taking the first that matches its tag:
-        (whether every one found its message, the messages none took)."""
-        left = list(self._early.get(src, ()))
-        every = True
-        for m in receives:
-            k = next((i for i, (t, _) in enumerate(left) if m.tag == ANY or t == m.tag), None)
-            if k is None:
-                every = False  # (it waits for a later message)
-            else:
-                del left[k]
-        return every, left
+        k = self._free(src, tag)
+        if k is None:
+            return None
+        t, data = self._early[src][k]
+        return t, data.nbytes
 
     def _pull(self, src) -> None:
         """Set aside every message from ``src`` that has arrived (its header and the
@@ -107,16 +168,24 @@ class Tagged:
         while self.comm.arrived(src, 2):
             early.append(self._next(src))
 
-    def probe(self, src: int, tag: int) -> tuple:
-        """Wait for a message from ``src`` with ``tag``; (its tag, its size), left
-        to its receive."""
-        self._posted_first(src)
-        early = self._early.setdefault(src, [])
-        while True:
-            for t, data in early:
-                if tag == ANY or t == tag:
-                    return t, data.nbytes
-            early.append(self._next(src))
+    def _claims(self, src, receives) -> list:
+        """Match ``receives`` (posted, in posting order) against the messages set
+        aside from ``src`` as MPI does, each taking the first that matches its tag
+        and that no receive before it took: the index each takes (None: it waits
+        for a later message)."""
+        early = self._early.get(src, ())
+        taken: list = []
+        for m in receives:
+            taken.append(next((i for i, (t, _) in enumerate(early)
+                               if i not in taken and (m.tag == ANY or t == m.tag)), None))
+        return taken
+
+    def _free(self, src, tag):
+        """The index of the first message set aside from ``src`` whose tag matches
+        ``tag`` and that no posted receive takes, or None."""
+        taken = self._claims(src, self._posted.get(src) or ())
+        return next((i for i, (t, _) in enumerate(self._early.get(src, ()))
+                     if i not in taken and (tag == ANY or t == tag)), None)
 
     def _next(self, src) -> tuple:
         hdr = np.empty(2, np.int64)
@@ -126,6 +195,8 @@ class Tagged:
         return int(hdr[0]), data
 
     def _match(self, src, tag, out) -> tuple:
+        """The first posted receive's (or a blocking receive's, when none is
+        posted) message: the first set aside that matches, else the next to come."""
         early = self._early.get(src)
         for k, (t, data) in enumerate(early or ()):
             if tag == ANY or t == tag:
@@ -143,11 +214,6 @@ class Tagged:
             if tag == ANY or t == tag:
                 return _deliver(out, t, data, src)  # (too long: refused)
             self._early.setdefault(src, []).append((t, data))
-
-    def _posted_first(self, src) -> None:
-        posted = self._posted.get(src)
-        while posted:
-            posted[0]()
 
 
 def _deliver(out: np.ndarray, tag: int, data: np.ndarray, src) -> tuple:

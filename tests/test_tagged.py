@@ -12,27 +12,29 @@ from neuron_mpi.tagged import ANY, Tagged, send_tag
 
 
 class Wire:
-    """Two ranks' ordered channels: send copies, recv takes the next message whole
-    (exactly its size, as Communicator.recv)."""
+    """Two ranks' ordered channels, one per (receiver, sender): send copies, recv
+    takes the next message whole (exactly its size, as Communicator.recv)."""
 
     def __init__(self):
-        self.q = {0: deque(), 1: deque()}  # to rank -> messages from the other
+        self.q = {(d, s): deque() for d in (0, 1) for s in (0, 1)}
 
     def end(self, me):
         wire = self
 
         class End:
+            size = 2
+
             def send(self, x, dst):
-                wire.q[dst].append(np.array(x, copy=True).view(np.uint8).reshape(-1))
+                wire.q[(dst, me)].append(np.array(x, copy=True).view(np.uint8).reshape(-1))
 
             def recv(self, out, src):
-                msg = wire.q[me].popleft()
+                msg = wire.q[(me, src)].popleft()
                 assert msg.nbytes == out.nbytes, "a receive of the wrong size"
                 out.reshape(-1).view(np.uint8)[...] = msg
                 return out
 
             def arrived(self, src, count=1):
-                return len(wire.q[me]) >= count
+                return len(wire.q[(me, src)]) >= count
         return End()
 
 
@@ -86,8 +88,26 @@ def test_posted_receives_match_in_posting_order():
     a.send(_b(8.0), 1, 5)
     a.send(_b(6.0), 1, 6)
     w = np.zeros(1)
-    b.recv(w.view(np.uint8), 0, ANY)  # (a blocking receive makes the posted one first)
-    assert (z[0], w[0]) == (8.0, 6.0) and mz() == (5, 8)
+    b.recv(w.view(np.uint8), 0, ANY)  # (passes over the message the posted one takes)
+    assert (z[0], w[0]) == (3.0, 6.0)  # (z is written when its receive is made)
+    assert mz() == (5, 8) and z[0] == 8.0
+
+
+def test_a_blocking_receive_does_not_wait_for_a_posted_receives_message():
+    """As MPI: an Irecv for tag 5 posted first does not hold up a Recv for tag 7
+    whose message comes while tag 5's never has; a probe passes over the posted
+    receive's message too."""
+    a, b = _pair()
+    x, y = np.zeros(1), np.zeros(1)
+    mx = b.post(x.view(np.uint8), 0, 5)
+    a.send(_b(7.0), 1, 7)
+    assert b.probe(0, ANY) == (7, 8)
+    assert b.recv(y.view(np.uint8), 0, ANY) == (7, 8) and y[0] == 7.0
+    a.send(_b(5.0), 1, 5)
+    a.send(_b(5.5), 1, 5)
+    assert b.probe(0, 5) == (5, 8)  # (the second: the posted receive takes the first)
+    assert mx() == (5, 8) and x[0] == 5.0
+    assert b.recv(y.view(np.uint8), 0, 5) == (5, 8) and y[0] == 5.5
 
 
 @pytest.mark.parametrize("tag", [-1, 2 ** 31, 1.5, True, "3"])
@@ -111,9 +131,9 @@ def test_a_posted_receive_is_ready_once_its_messages_are_here_and_iprobe_waits_f
     a.send(_b(7.0), 1, 7)
     # (my would take it, but mx, posted first, waits for tag 5)
     assert not b.ready(0, mx) and not b.ready(0, my) and b.iprobe(0, 7) is None
-    w.q[1].append(np.array([5, 8], np.int64).view(np.uint8))  # a header alone
+    w.q[(1, 0)].append(np.array([5, 8], np.int64).view(np.uint8))  # a header alone
     assert not b.ready(0, mx)
-    w.q[1].append(_b(5.0))  # and its bytes
+    w.q[(1, 0)].append(_b(5.0))  # and its bytes
     assert b.ready(0, mx) and b.ready(0, my) and b.iprobe(0, ANY) is None
     a.send(_b(9.0, 9.5), 1, 9)
     assert b.iprobe(0, 9) == (9, 16) and b.iprobe(0, ANY) == (9, 16)
@@ -123,3 +143,25 @@ def test_a_posted_receive_is_ready_once_its_messages_are_here_and_iprobe_waits_f
     out = np.zeros(2)
     assert b.recv(out.view(np.uint8), 0, ANY) == (9, 16) and out.tolist() == [9.0, 9.5]
     assert b.iprobe(0, ANY) is None
+
+
+def test_receive_and_probe_from_any_source():
+    """recv_any/probe_any/iprobe_any take the first message that has arrived from
+    any rank (this rank's own included) whose tag matches, passing over what posted
+    receives take; a receive that nothing reaches times out."""
+    w = Wire()
+    a, b = Tagged(w.end(0)), Tagged(w.end(1))
+    assert b.iprobe_any(ANY) is None
+    with pytest.raises(TimeoutError, match="recv from any source"):
+        b.recv_any(np.zeros(1).view(np.uint8), ANY, deadline=0.0)
+    x = np.zeros(1)
+    mx = b.post(x.view(np.uint8), 0, 3)
+    a.send(_b(3.0), 1, 3)  # (the posted receive's)
+    b.send(_b(4.0), 1, 4)  # to itself
+    a.send(_b(5.0), 1, 5)
+    assert b.iprobe_any(3) is None
+    assert b.probe_any(5) == (0, 5, 8)
+    y = np.zeros(1)
+    got = sorted([b.recv_any(y.view(np.uint8), ANY)[:2] + (y[0],) for _ in range(2)])
+    assert got == [(0, 5, 5.0), (1, 4, 4.0)]
+    assert mx() == (3, 8) and x[0] == 3.0

@@ -85,11 +85,11 @@ class Msg:
                 raise InvalidArgumentError(f"{name}: too many items in the buffer spec")
         else:
             buf = spec
-        if buf is None or buf is _MPI.BOTTOM:
+        if buf is _MPI.BOTTOM or buf is None and count:
             raise NotImplementedError(
                 f"{name}: MPI.BOTTOM and absolute addresses (derived datatypes) are not "
                 "emulated")
-        a = array_of(buf, name)
+        a = np.empty(0, np.uint8) if buf is None else array_of(buf, name)  # (None: empty)
         if dtype is not None:
             if isinstance(dtype, np.dtype):
                 dt = dtype

@@ -57,11 +57,33 @@ def _agreed(fn):
 
 
 def _named(source):
-    """A receive's source: a rank (MPI.ANY_SOURCE is not emulated)."""
+    """A posted receive's source: a rank or MPI.PROC_NULL (a receive posted from
+    MPI.ANY_SOURCE is not emulated)."""
     if source == _MPI.ANY_SOURCE:
         raise NotImplementedError(
-            "source: MPI.ANY_SOURCE is not emulated (receive from a named rank)")
+            "source: Irecv/Recv_init from MPI.ANY_SOURCE are not emulated (a posted "
+            "receive matches per source here): Recv, Probe or Iprobe from any source, "
+            "or post the receive from a named rank")
     return source
+
+
+def _deadline():
+    """When a receive or probe from any source gives up (NEURON_MPI_TIMEOUT)."""
+    import time
+
+    from .. import env
+
+    seconds = env.timeout_seconds()
+    return None if seconds is None else time.monotonic() + seconds
+
+
+def _null_status(status) -> None:
+    """The status of a receive from MPI.PROC_NULL: source PROC_NULL, any tag, 0
+    elements."""
+    if status is not None:
+        status.Set_source(_MPI.PROC_NULL)
+        status.Set_tag(_MPI.ANY_TAG)
+        status.Set_elements(_MPI.BYTE, 0)
 
 
 def _recv_tag(tag) -> int:
@@ -539,57 +561,93 @@ class Comm:
     # --- point to point -----------------------------------------------------------------
     # MPI's matching, by tag in the order sent, over headed messages: neuron_mpi.tagged
     def Send(self, buf, dest, tag=0) -> None:
-        self._t.send(as_bytes(Msg(buf, "buf").elems()), dest, send_tag(tag))
+        tag = send_tag(tag)
+        if dest == _MPI.PROC_NULL:
+            return
+        self._t.send(as_bytes(Msg(buf, "buf").elems()), dest, tag)
 
-    Ssend = Send
+    Ssend = Bsend = Rsend = Send
 
-    def Recv(self, buf, source=0, tag=_MPI.ANY_TAG, status=None) -> None:
-        source = _named(source)
+    def Recv(self, buf, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG, status=None) -> None:
+        if source == _MPI.PROC_NULL:
+            return _null_status(status)
         out = as_bytes(Msg(buf, "buf").elems())
-        set_status(status, source, *self._t.recv(out, source, _recv_tag(tag)))
+        self._receive(out, source, _recv_tag(tag), status)
 
-    def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=0,
+    def _receive(self, out, source, tag, status) -> None:
+        """A blocking receive into ``out`` (bytes), from a rank or MPI.ANY_SOURCE."""
+        if source == _MPI.ANY_SOURCE:
+            set_status(status, *self._t.recv_any(out, tag, _deadline()))
+        else:
+            set_status(status, source, *self._t.recv(out, source, tag))
+
+    def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=_MPI.ANY_SOURCE,
                  recvtag=_MPI.ANY_TAG, status=None) -> None:
         """The send, then the receive: a send returns once its bytes have left
         ``sendbuf`` (into the receiver's landing slots or a copy), so two ranks
         exchanging cannot wait for each other."""
-        source = _named(source)
-        out = as_bytes(Msg(recvbuf, "recvbuf").elems())
+        out = None if source == _MPI.PROC_NULL else as_bytes(Msg(recvbuf, "recvbuf").elems())
         recvtag = _recv_tag(recvtag)
         self.Send(sendbuf, dest, sendtag)
-        set_status(status, source, *self._t.recv(out, source, recvtag))
+        if out is None:
+            return _null_status(status)
+        self._receive(out, source, recvtag, status)
 
-    def Sendrecv_replace(self, buf, dest, sendtag=0, source=0, recvtag=_MPI.ANY_TAG,
-                         status=None) -> None:
+    def Sendrecv_replace(self, buf, dest, sendtag=0, source=_MPI.ANY_SOURCE,
+                         recvtag=_MPI.ANY_TAG, status=None) -> None:
         """Send ``buf``, then receive into it (a send returns once its bytes have
         left the buffer, so the receive cannot overwrite them)."""
-        source = _named(source)
-        m = Msg(buf, "buf")
-        out = as_bytes(m.elems())
         recvtag = _recv_tag(recvtag)
-        self._t.send(out, dest, send_tag(sendtag))
-        set_status(status, source, *self._t.recv(out, source, recvtag))
+        if source == _MPI.PROC_NULL:
+            self.Send(buf, dest, sendtag)
+            return _null_status(status)
+        out = as_bytes(Msg(buf, "buf").elems())
+        self.Send(buf, dest, sendtag)
+        self._receive(out, source, recvtag, status)
 
     def Isend(self, buf, dest, tag=0) -> Request:
         self.Send(buf, dest, tag)
         return done()
 
-    Issend = Isend
+    Issend = Ibsend = Irsend = Isend
 
-    def Irecv(self, buf, source=0, tag=_MPI.ANY_TAG) -> Request:
-        """The receive is made at Wait/Test, into the message its posting order
-        matches: the receives posted before it from the same source (and a Recv
-        after it) take theirs first, whatever order they are waited in."""
+    def Irecv(self, buf, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG) -> Request:
+        """The receive is made at Wait, or at a Test that finds its message here,
+        into the message its posting order matches: the receives posted before it
+        from the same source take theirs first, whatever order they are waited in."""
         req = Request()
         req._run = self._posted(buf, source, tag)(req)
         return req
 
-    def _posted(self, buf, source, tag):
+    def Isendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=_MPI.ANY_SOURCE,
+                  recvtag=_MPI.ANY_TAG) -> Request:
+        """The send (it leaves at the call), then the receive, posted as Irecv."""
+        start = self._posted(recvbuf, source, recvtag, "recvbuf")
+        self.Send(sendbuf, dest, sendtag)
+        req = Request()
+        req._run = start(req)
+        return req
+
+    def Isendrecv_replace(self, buf, dest, sendtag=0, source=_MPI.ANY_SOURCE,
+                          recvtag=_MPI.ANY_TAG) -> Request:
+        """Send ``buf`` (its bytes leave at the call), then post the receive into it."""
+        start = self._posted(buf, source, recvtag)
+        self.Send(buf, dest, sendtag)
+        req = Request()
+        req._run = start(req)
+        return req
+
+    def _posted(self, buf, source, tag, name="buf"):
         """A receive's arguments, checked now; returns ``start(req)``, which posts
-        it (in posting order) and returns what makes it at ``req``'s Wait."""
+        it (in posting order) and returns what makes it at ``req``'s Wait (None:
+        nothing to make, a receive from MPI.PROC_NULL)."""
         source = _named(source)
-        out = as_bytes(Msg(buf, "buf").elems())
         tag = _recv_tag(tag)
+        if source == _MPI.PROC_NULL:
+            def start_null(req):
+                req._info = (_MPI.PROC_NULL, _MPI.ANY_TAG, 0)
+            return start_null
+        out = as_bytes(Msg(buf, name).elems())
 
         def start(req):
             make = self._t.post(out, source, tag)
@@ -602,8 +660,10 @@ class Comm:
 
     def Send_init(self, buf, dest, tag=0) -> Prequest:
         """A persistent send: each Start sends the buffer's bytes of that moment."""
-        m = Msg(buf, "buf")
         tag = send_tag(tag)
+        if dest == _MPI.PROC_NULL:
+            return Prequest(lambda req: None)
+        m = Msg(buf, "buf")
 
         def start(req):
             self._t.send(as_bytes(m.elems()), dest, tag)
@@ -611,26 +671,40 @@ class Comm:
 
     Ssend_init = Bsend_init = Rsend_init = Send_init
 
-    def Recv_init(self, buf, source=0, tag=_MPI.ANY_TAG) -> Prequest:
+    def Recv_init(self, buf, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG) -> Prequest:
         """A persistent receive: each Start posts it (made at Wait/Test, as Irecv)."""
         return Prequest(self._posted(buf, source, tag))
 
-    def Probe(self, source=0, tag=_MPI.ANY_TAG, status=None) -> bool:
-        """Wait for a message from ``source`` with ``tag`` (any: MPI.ANY_TAG) and
-        fill ``status`` with its tag and size, leaving it to the receive."""
-        source = _named(source)
-        set_status(status, source, *self._t.probe(source, _recv_tag(tag)))
+    def Probe(self, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG, status=None) -> bool:
+        """Wait for a message from ``source`` (a rank or MPI.ANY_SOURCE) with ``tag``
+        (any: MPI.ANY_TAG) and fill ``status`` with its source, tag and size,
+        leaving it to the receive."""
+        tag = _recv_tag(tag)
+        if source == _MPI.PROC_NULL:
+            _null_status(status)
+        elif source == _MPI.ANY_SOURCE:
+            set_status(status, *self._t.probe_any(tag, _deadline()))
+        else:
+            set_status(status, source, *self._t.probe(source, tag))
         return True
 
-    def Iprobe(self, source=0, tag=_MPI.ANY_TAG, status=None) -> bool:
-        """Whether a message from ``source`` with ``tag`` has arrived (never waits);
-        if so ``status`` gets its tag and size, and it is left to the receive.
-        Messages that receives posted earlier (Irecv) will take are not reported."""
-        source = _named(source)
-        got = self._t.iprobe(source, _recv_tag(tag))
+    def Iprobe(self, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG, status=None) -> bool:
+        """Whether a message from ``source`` (a rank or MPI.ANY_SOURCE) with ``tag``
+        has arrived (never waits); if so ``status`` gets its source, tag and size,
+        and it is left to the receive. Messages that receives posted earlier
+        (Irecv) will take are not reported."""
+        tag = _recv_tag(tag)
+        if source == _MPI.PROC_NULL:
+            _null_status(status)
+            return True
+        if source == _MPI.ANY_SOURCE:
+            got = self._t.iprobe_any(tag)
+        else:
+            got = self._t.iprobe(source, tag)
+            got = None if got is None else (source,) + got
         if got is None:
             return False
-        set_status(status, source, *got)
+        set_status(status, *got)
         return True
 
     probe = Probe

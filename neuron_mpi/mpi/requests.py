@@ -15,6 +15,11 @@ def set_status(status, source, tag, nbytes: int) -> None:
         status.Set_elements(_MPI.BYTE, nbytes)
 
 
+def _is_active(r) -> bool:
+    """An active request of ours (MPI.REQUEST_NULL, which lists may hold, is not)."""
+    return getattr(r, "_active", False)
+
+
 class Request:
     """A request of an I-call. The non-blocking collectives (Iallreduce, Ireduce,
     Ireduce_scatter_block, Iscan, Iexscan, Ibcast, Iallgather, Iallgatherv,
@@ -35,6 +40,23 @@ class Request:
         self._info = info  # a receive's (source, tag, bytes), for its Status
         self._poll = None  # a receive not yet made: whether its message is here
         self._active = True
+        self._null = False  # completed (or freed): equal to MPI.REQUEST_NULL, false
+
+    def __bool__(self) -> bool:
+        return not self._null
+
+    def __eq__(self, other):
+        if isinstance(other, Request):
+            return other is self
+        if isinstance(other, _MPI.Request):  # (MPI.REQUEST_NULL, as mpi4py compares)
+            return self._null and other == _MPI.REQUEST_NULL
+        return NotImplemented
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = object.__hash__
 
     def _ready(self) -> bool:
         """Done, or done by Wait at once (a receive whose message is here): Test
@@ -46,6 +68,7 @@ class Request:
 
     def Wait(self, status=None):
         self._active = False
+        self._null = not isinstance(self, Prequest)  # (a persistent one stays, inactive)
         if self._run is not None:
             run, self._run, self._handle = self._run, None, None
             run()
@@ -77,12 +100,14 @@ class Request:
         if self._run is not None:
             self.Wait()
         self._active = False
+        self._null = True
 
     @staticmethod
     def Waitall(requests, statuses=None):
         requests = list(requests)
         for k, r in enumerate(requests):
-            r.Wait(None if statuses is None else statuses[k])
+            if isinstance(r, Request):
+                r.Wait(None if statuses is None else statuses[k])
         return True
 
     waitall = Waitall
@@ -92,7 +117,7 @@ class Request:
         """True, every request completed, once all are done; else False and none
         is completed (as MPI_Testall)."""
         requests = list(requests)
-        if not all(r._ready() for r in requests if r._active):
+        if not all(r._ready() for r in requests if _is_active(r)):
             return False
         return Request.Waitall(requests, statuses)
 
@@ -102,7 +127,7 @@ class Request:
         MPI.UNDEFINED when none is active (every one completed by an earlier
         Wait or Test)."""
         requests = list(requests)
-        active = [k for k, r in enumerate(requests) if r._active]
+        active = [k for k, r in enumerate(requests) if _is_active(r)]
         if not active:
             return _MPI.UNDEFINED
         i = next((k for k in active if requests[k]._ready()), active[0])
@@ -115,7 +140,7 @@ class Request:
         False) when none of the active ones is done; (MPI.UNDEFINED, True) when
         none is active."""
         requests = list(requests)
-        active = [k for k, r in enumerate(requests) if r._active]
+        active = [k for k, r in enumerate(requests) if _is_active(r)]
         if not active:
             return _MPI.UNDEFINED, True
         i = next((k for k in active if requests[k]._ready()), None)
@@ -138,7 +163,7 @@ class Request:
 
     @staticmethod
     def _some(requests, statuses, wait):
-        active = [k for k, r in enumerate(requests) if r._active]
+        active = [k for k, r in enumerate(requests) if _is_active(r)]
         if not active:
             return None
         done = [k for k in active if requests[k]._ready()]

@@ -29,6 +29,8 @@ docs/api.md ("Front-ends").
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -389,9 +391,32 @@ class NeuronProcessGroup(dist.ProcessGroup):
                      None if last is None else lambda: self._tagged.ready(src, last))
 
     def recv_anysource(self, tensors, tag=0):
-        raise NotImplementedError(
-            "src: the neuron backend receives from a named rank only (recv with src=None "
-            "is not supported: the Neuron collective engine has no any-source receive)")
+        """recv/irecv with src=None: the first message with ``tag`` to have come
+        from any rank, made at the Work's wait (its ``_source_rank()`` names the
+        sender) by polling the sources (neuron_mpi.tagged.recv_any)."""
+        tag = send_tag(tag)
+        if len(tensors) != 1:
+            raise InvalidArgumentError(
+                f"tensors: a receive from any source takes one tensor, got {len(tensors)}")
+        a = self._arrays_p2p(tensors, "tensor", True)[0]
+        buf = a if a.flags.c_contiguous else np.empty(a.shape, a.dtype)
+        work: list = []
+
+        def make():
+            seconds = env.timeout_seconds()
+            src, _, n = self._tagged.recv_any(
+                buf.reshape(-1).view(np.uint8), tag,
+                None if seconds is None else time.monotonic() + seconds)
+            if n != a.nbytes:
+                raise InvalidArgumentError(
+                    f"tensor: rank {src} sent {n} bytes (tag {tag}) but the tensor holds "
+                    f"{a.nbytes}")
+            if buf is not a:
+                a[...] = buf
+            work[0]._source = src
+
+        work.append(Later(make, tensors, lambda: self._tagged.iprobe_any(tag) is not None))
+        return work[0]
 
     def _arrays_p2p(self, tensors, name, write):
         # point to point has no group agreement: the error is raised here alone

@@ -116,6 +116,7 @@ class Later(dist.Work):
         self._value = value
         self._ready = ready
         self._over = False
+        self._source = None  # a receive from any source: its sender, once made
 
     def wait(self, timeout=None):
         if not self._over:
@@ -124,6 +125,11 @@ class Later(dist.Work):
         return True
 
     synchronize = wait
+
+    def _source_rank(self) -> int:
+        """The sender of a receive from any source (torch's recv with src=None)."""
+        self.wait()
+        return self._source
 
     def is_completed(self):
         if not self._over and (self._ready is None or self._ready()):

@@ -286,7 +286,7 @@ def test_refused_clearly():
         W.Bcast([np.zeros(4, np.int32), 2, t])
     t.Free()
     with pytest.raises(NotImplementedError, match="ANY_SOURCE"):
-        W.Recv(np.zeros(1), source=MPI.ANY_SOURCE)
+        W.Irecv(np.zeros(1), source=MPI.ANY_SOURCE)
     W.Barrier()  # still usable
 
 
@@ -419,4 +419,54 @@ def test_test_and_iprobe_never_wait():
         if R == 1:
             W.Send(np.array([1.0, 2.0, 3.0]), 0, tag=5)
             W.Send(np.array([4.0, 5.0]), 0, tag=6)
+    W.Barrier()
+
+
+def test_any_source_and_proc_null():
+    """Recv, Probe and Iprobe from MPI.ANY_SOURCE (the defaults, as mpi4py's) take
+    a message from whichever rank sent one, the status naming it; MPI.PROC_NULL
+    sends and receives do nothing (status: PROC_NULL, ANY_TAG, 0 elements); a
+    request completed is MPI.REQUEST_NULL and false, a persistent one only once
+    freed."""
+    st = MPI.Status()
+    W.Send(None, MPI.PROC_NULL, 3)
+    W.Recv(None, MPI.PROC_NULL, status=st)
+    assert (st.Get_source(), st.Get_tag(), st.Get_count(MPI.BYTE)) == (
+        MPI.PROC_NULL, MPI.ANY_TAG, 0)
+    W.Sendrecv(None, MPI.PROC_NULL, 0, None, MPI.PROC_NULL, 0)
+    W.Isendrecv_replace(np.zeros(2), MPI.PROC_NULL, 0, MPI.PROC_NULL, 0).Wait()
+    req = W.Irecv(None, MPI.PROC_NULL)
+    assert req and req != MPI.REQUEST_NULL
+    req.Wait()
+    assert not req and req == MPI.REQUEST_NULL
+    p = W.Send_init(None, MPI.PROC_NULL)
+    p.Start()
+    p.Wait()
+    assert p != MPI.REQUEST_NULL
+    p.Free()
+    assert p == MPI.REQUEST_NULL
+    if N < 2:
+        return
+    if R == 0:
+        probed, received = set(), set()
+        for _ in range(N - 1):
+            W.Probe(status=st)  # (any source, any tag)
+            src = st.Get_source()
+            assert st.Get_tag() == 10 + src and st.Get_count(MPI.INT) == src
+            got = np.zeros(src, np.int32)
+            W.Recv(got, src, status=st)
+            assert got.tolist() == [src] * src and src not in probed
+            probed.add(src)
+        W.Barrier()  # (then the second messages)
+        for _ in range(N - 1):
+            got = np.zeros(N, np.int32)
+            W.Recv(got, status=st)  # (any source, any tag, a buffer large enough)
+            src = st.Get_source()
+            assert st.Get_count(MPI.INT) == src and got[:src].tolist() == [-src] * src
+            received.add(src)
+        assert probed == received == set(range(1, N)) and not W.Iprobe()
+    else:
+        W.Send(np.full(R, R, np.int32), 0, tag=10 + R)
+        W.Barrier()
+        W.Send(np.full(R, -R, np.int32), 0, tag=20 + R)
     W.Barrier()

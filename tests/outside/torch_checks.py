@@ -399,3 +399,32 @@ def test_irecv_is_completed_polls_without_waiting():
         if R == 1:
             dist.send(torch.tensor([1.0, 2.0, 3.0]), dst=0, tag=4)
     dist.barrier()
+
+
+def test_receive_from_any_source():
+    """recv(src=None) returns the sender of the message it took; an irecv from any
+    source names it by _source_rank() and its is_completed() turns True once a
+    message has come."""
+    if N < 2:
+        pytest.skip("needs 2 ranks")
+    import time
+
+    if R == 0:
+        senders = []
+        for k in range(N - 1):
+            t = torch.zeros(2)
+            if k % 2:
+                w = dist.irecv(t)
+                deadline = time.monotonic() + 30
+                while not w.is_completed():
+                    assert time.monotonic() < deadline, "the receive never completed"
+                    time.sleep(0.001)
+                src = w._source_rank()
+            else:
+                src = dist.recv(t)
+            assert t.tolist() == [float(src)] * 2
+            senders.append(src)
+        assert sorted(senders) == list(range(1, N))
+    else:
+        dist.send(torch.full((2,), float(R)), dst=0)
+    dist.barrier()

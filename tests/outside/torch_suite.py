@@ -38,9 +38,6 @@ DistTestCases.backend_feature["plugin"].add("neuron")  # the outside-backend hoo
 # features the suite looks up by backend name: "neuron" has DDP on CPU tensors
 # (examples/ddp_train.py); it has no CUDA, so not "gpu", "cuda" or "subgroup" (CUDA)
 DistTestCases.backend_feature["ddp"].add("neuron")
-# the suite's own list of backends without any-source receive (nccl, ucc, xccl);
-# the Neuron collective engine has none either (docs/outside-suites.md)
-DistTestCases.skip_collective["sendrecv anysource"].add("neuron")
 
 from torch.testing._internal.common_utils import TestCase  # noqa: E402
 from torch.testing._internal.distributed import distributed_test as DT  # noqa: E402

@@ -18,7 +18,8 @@ def is_in_place(spec) -> bool:
 def array_of(obj, name) -> np.ndarray:
     """A 1-D numpy array over the memory of ``obj`` (no copy): numpy arrays as they
     are, other buffers through the buffer protocol, DLPack and the CUDA array
-    interface on host memory through mpi4py's own ``MPI.buffer`` (as bytes)."""
+    interface on host memory through mpi4py's own ``MPI.buffer``, in the element
+    type the object declares."""
     if isinstance(obj, np.ndarray):
         a = obj
     elif _has_buffer(obj):
@@ -32,6 +33,9 @@ def array_of(obj, name) -> np.ndarray:
             raise InvalidArgumentError(
                 f"{name}: expected a buffer (numpy array, array.array, bytearray, DLPack "
                 f"object) or a (buffer, datatype) spec, got {type(obj).__name__}") from None
+        dt = _element_type(obj)  # (as mpi4py infers the datatype from the object)
+        if dt is not None and a.size % dt.itemsize == 0:
+            a = a.view(dt)
     if a.ndim != 1:
         if not a.flags.c_contiguous:
             raise InvalidArgumentError(f"{name}: expected a contiguous buffer")
@@ -39,6 +43,58 @@ def array_of(obj, name) -> np.ndarray:
     elif a.strides[0] != a.itemsize and a.size > 1:
         raise InvalidArgumentError(f"{name}: expected a contiguous buffer")
     return a
+
+
+def _element_type(obj):
+    """The element type a DLPack or CUDA-array-interface object declares, or None."""
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if isinstance(cai, dict) and "typestr" in cai:
+        try:
+            return np.dtype(cai["typestr"])
+        except TypeError:
+            return None
+    if hasattr(obj, "__dlpack__"):
+        try:
+            return _dlpack_dtype(obj.__dlpack__())
+        except Exception:  # (an exporter's own failure: mpi4py's buffer reports it)
+            return None
+    return None
+
+
+_DL_KINDS = {0: "i", 1: "u", 2: "f", 5: "c"}
+
+
+def _dlpack_dtype(capsule):
+    """The element type in a DLPack capsule's DLTensor, read in place (the capsule
+    is not consumed: its destructor frees the tensor, as for any capsule unused)."""
+    import ctypes
+
+    api = ctypes.pythonapi
+    api.PyCapsule_IsValid.restype = ctypes.c_int
+    api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    # DLManagedTensor: the DLTensor first; DLManagedTensorVersioned: after its
+    # version, manager context, deleter and flags (32 bytes). In the DLTensor the
+    # data type (code, bits, lanes) follows data, device and ndim (20 bytes).
+    for name, at in ((b"dltensor", 0), (b"dltensor_versioned", 32)):
+        if api.PyCapsule_IsValid(capsule, name):
+            base = api.PyCapsule_GetPointer(capsule, name)
+            code, bits, lanes = (ctypes.c_uint8.from_address(base + at + 20).value,
+                                 ctypes.c_uint8.from_address(base + at + 21).value,
+                                 ctypes.c_uint16.from_address(base + at + 22).value)
+            if lanes == 2 and code == 2:  # (two float lanes: the complex type)
+                return np.dtype(f"c{bits // 4}")
+            if lanes != 1:
+                return None
+            if code == 6 and bits == 8:
+                return np.dtype(np.bool_)
+            if code == 4 and bits == 16:
+                import ml_dtypes
+                return np.dtype(ml_dtypes.bfloat16)
+            kind = _DL_KINDS.get(code)
+            return None if kind is None else np.dtype(f"{kind}{bits // 8}")
+    return None
 
 
 def _has_buffer(obj) -> bool:
@@ -50,41 +106,46 @@ def _has_buffer(obj) -> bool:
 
 
 class Msg:
-    """A parsed buffer spec: ``a`` the elements (1-D, the datatype's dtype), the
-    explicit count (or None), the -v counts and displacements (or None)."""
+    """A parsed buffer spec, read as mpi4py reads it: ``a`` the elements (1-D, the
+    datatype's dtype; a block spec's displacement already applied), the explicit
+    count (or None), the -v counts and displacements (or None; an int for one
+    count for every process, or a stride of displacements). ``vector``: the spec
+    of a -v collective's gathered or scattered buffer, where ``(buf, (counts,
+    displs), type)`` gives counts and displacements; elsewhere ``(buf, (count,
+    displ), type)`` is a count after an offset of ``displ`` elements."""
 
-    def __init__(self, spec, name):
+    def __init__(self, spec, name, vector=False):
         self.name = name
-        count = counts = displs = dtype = None
+        count = displ = counts = displs = dtype = None
+        buf = spec
         if isinstance(spec, (tuple, list)):
             items = list(spec)
-            if not items:
-                raise InvalidArgumentError(f"{name}: an empty buffer spec")
-            buf, rest = items[0], items[1:]
-            if rest and isinstance(rest[-1], _MPI.Datatype):
-                dtype = rest.pop()
-            elif rest and isinstance(rest[-1], str):
-                dtype = np.dtype(rest.pop())  # a typecode: "f", "i", "d" ...
-            if len(rest) == 1:
-                c = rest[0]
-                if isinstance(c, tuple) and len(c) == 2 and not isinstance(c[0], int):
-                    counts, displs = c
-                elif isinstance(c, tuple) and len(c) == 2:
-                    count, displs = c  # (count, displacement) of a block spec
-                    displs = None if not displs else displs
-                    if displs:
-                        raise NotImplementedError(
-                            f"{name}: a displacement in a block buffer spec is not emulated")
-                elif isinstance(c, (list, tuple, np.ndarray)):
-                    counts = c
-                elif c is not None:
-                    count = whole(c, name, "count")
-            elif len(rest) == 2:
-                counts, displs = rest
-            elif len(rest) > 2:
-                raise InvalidArgumentError(f"{name}: too many items in the buffer spec")
-        else:
-            buf = spec
+            if not 2 <= len(items) <= 4:
+                raise InvalidArgumentError(
+                    f"{name}: expected a buffer or 2 to 4 items (buffer, count(s), "
+                    f"displacement(s), datatype), got {len(items)} items")
+            buf, c = items[0], items[1]
+            if len(items) == 4:
+                c, d, dtype = items[1], items[2], items[3]
+            else:
+                d = None
+                if len(items) == 3:
+                    dtype = items[2]
+                elif _is_datatype(c):
+                    c, dtype = None, c
+                pair = isinstance(c, tuple) if vector else isinstance(c, (tuple, list))
+                if pair:
+                    if len(c) != 2:
+                        raise InvalidArgumentError(
+                            f"{name}: expected (count(s), displacement(s)), got {c!r}")
+                    c, d = c
+            if isinstance(dtype, str):
+                dtype = np.dtype(dtype)  # a typecode: "f", "i", "d" ...
+            if vector:
+                counts, displs = c, d
+            else:
+                count = None if c is None else whole(c, name, "count")
+                displ = None if d is None else whole(d, name, "displacement")
         if buf is _MPI.BOTTOM or buf is None and count:
             raise NotImplementedError(
                 f"{name}: MPI.BOTTOM and absolute addresses (derived datatypes) are not "
@@ -93,6 +154,9 @@ class Msg:
         if dtype is not None:
             if isinstance(dtype, np.dtype):
                 dt = dtype
+            elif not isinstance(dtype, _MPI.Datatype):
+                raise InvalidArgumentError(
+                    f"{name}: expected an MPI datatype, got {type(dtype).__name__}")
             elif not dtype.is_predefined:
                 raise NotImplementedError(
                     f"{name}: derived datatypes are not emulated (only predefined ones, "
@@ -104,13 +168,18 @@ class Msg:
                 raise InvalidArgumentError(
                     f"{name}: {b.size} bytes is not a whole number of {dt} elements")
             a = b.view(dt)
-        self.a = a
+        if displ:
+            if not 0 <= displ <= a.size:
+                raise InvalidArgumentError(
+                    f"{name}: displacement {displ} is outside the buffer's {a.size} elements")
+            a = a[displ:]
         if count is not None and not 0 <= count <= a.size:
             raise InvalidArgumentError(
                 f"{name}: count {count} is outside the buffer's {a.size} elements")
+        self.a = a
         self.count = count
-        self.counts = None if counts is None else [whole(c, name, "counts") for c in counts]
-        self.displs = None if displs is None else [whole(d, name, "displs") for d in displs]
+        self.counts = _ints(counts, name, "counts")
+        self.displs = _ints(displs, name, "displs")
 
     @property
     def dtype(self):
@@ -132,26 +201,52 @@ class Msg:
     def elems(self) -> np.ndarray:
         return self.a[:self.total()]
 
-    def v(self, size: int, default_counts=None):
-        counts = self.counts if self.counts is not None else default_counts
+    def v(self, size: int):
+        """(counts, displacements) of a -v buffer over ``size`` processes, as mpi4py
+        reads them: no counts, the buffer split as evenly as it goes (the first
+        processes one more); one count, the same for every process; no
+        displacements, contiguous; one displacement, a stride."""
+        counts = self.counts
         if counts is None:
-            b = self.block(size)
-            counts = [b] * size
+            n = self.total()
+            counts = [n // size + (n % size > i) for i in range(size)]
+        elif isinstance(counts, int):
+            counts = [counts] * size
         if len(counts) != size:
             raise InvalidArgumentError(f"{self.name}: expected {size} counts, got {len(counts)}")
         displs = self.displs
         if displs is None:
-            displs = list(np.cumsum([0] + list(counts[:-1])))
+            displs = [int(v) for v in np.cumsum([0] + list(counts[:-1]))]
+        elif isinstance(displs, int):
+            displs = [displs * i for i in range(size)]
         elif len(displs) != size:
             raise InvalidArgumentError(
                 f"{self.name}: expected {size} displacements, got {len(displs)}")
-        counts, displs = [int(c) for c in counts], [int(d) for d in displs]
         for k, (c, d) in enumerate(zip(counts, displs)):
             if c < 0 or d < 0 or d + c > self.a.size:
                 raise InvalidArgumentError(
                     f"{self.name}: block {k} (count {c} at displacement {d}) is outside "
                     f"the buffer's {self.a.size} elements")
         return counts, displs
+
+
+def _is_datatype(obj) -> bool:
+    return isinstance(obj, (_MPI.Datatype, str))
+
+
+def _ints(v, name, what):
+    """-v counts or displacements: None, one int, or a list of ints."""
+    if v is None:
+        return None
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        return int(v)
+    try:
+        items = list(v)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{name}: {what} must be an integer or a sequence of integers, got "
+            f"{type(v).__name__} {v!r}") from None
+    return [whole(c, name, what) for c in items]
 
 
 def whole(v, name, what) -> int:

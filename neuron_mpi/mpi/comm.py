@@ -364,7 +364,7 @@ class Comm:
     def _allgatherv(self, sendbuf, recvbuf, async_op):
         """(the call's result or Handle, what places its result in recvbuf)"""
         c = self._c
-        r = Msg(recvbuf, "recvbuf")
+        r = Msg(recvbuf, "recvbuf", vector=True)
         counts, displs = r.v(c.size)
         if is_in_place(sendbuf):
             x = r.a[displs[c.rank]:displs[c.rank] + counts[c.rank]].copy()
@@ -395,7 +395,7 @@ class Comm:
     def Gatherv(self, sendbuf, recvbuf, root=0) -> None:
         c = self._c
         if c.rank == root:
-            r = Msg(recvbuf, "recvbuf")
+            r = Msg(recvbuf, "recvbuf", vector=True)
             counts, displs = r.v(c.size)
             x = r.a[displs[root]:displs[root] + counts[root]].copy() \
                 if is_in_place(sendbuf) else Msg(sendbuf, "sendbuf").elems()
@@ -439,7 +439,7 @@ class Comm:
         c = self._c
         mine_in_place = c.rank == root and is_in_place(recvbuf)
         if c.rank == root:
-            s = Msg(sendbuf, "sendbuf")
+            s = Msg(sendbuf, "sendbuf", vector=True)
             counts, displs = s.v(c.size)
             it = s.a.itemsize
         # (in place, the root's own block stays in sendbuf: its size is its count's)
@@ -480,12 +480,12 @@ class Comm:
     def _alltoallv(self, sendbuf, recvbuf, async_op):
         """(the call's result or Handle, what places its result in recvbuf)"""
         c = self._c
-        r = Msg(recvbuf, "recvbuf")
+        r = Msg(recvbuf, "recvbuf", vector=True)
         rc, rd = r.v(c.size)
         if is_in_place(sendbuf):
             s_a, sc, sd = r.a.copy(), rc, rd
         else:
-            s = Msg(sendbuf, "sendbuf")
+            s = Msg(sendbuf, "sendbuf", vector=True)
             sc, sd = s.v(c.size)
             s_a = s.a
         self._check_dtype(s_a, r.a, "recvbuf")

@@ -4,8 +4,8 @@ mpi4py facade).
 The test command fetches mpi4py's source distribution for the installed mpi4py
 (``pip download --no-deps --no-binary :all: mpi4py==<version>``, about a second;
 nothing is committed), takes test/test_cco_buf.py, test_cco_nb_buf.py,
-test_cco_vec.py, test_cco_nb_vec.py and test_p2p_buf.py with the helpers they
-import, and runs them, unmodified, under
+test_cco_vec.py, test_cco_nb_vec.py, test_p2p_buf.py and test_request.py with the
+helpers they import, and runs them, unmodified, under
 
     mpiexec -n N python -m neuron_mpi.mpi -m pytest test_cco_buf.py ...
 
@@ -31,8 +31,8 @@ import pytest
 from test_mpi_suites import _tail, base_env, launch, mpiexec, summary_counts
 
 FILES = ("test_cco_buf.py", "test_cco_nb_buf.py", "test_cco_vec.py", "test_cco_nb_vec.py",
-         "test_p2p_buf.py", "arrayimpl.py", "dlpackimpl.py", "mpiunittest.py",
-         "mpitestutil.py")
+         "test_p2p_buf.py", "test_request.py", "arrayimpl.py", "dlpackimpl.py",
+         "mpiunittest.py", "mpitestutil.py")
 CHECKS = Path(__file__).resolve().parent / "outside" / "mpi4py_checks.py"  # ours, same launch
 DESELECTED = ("testBcastTypeIndexed",  # derived datatype (MPI.Datatype.Create_indexed)
               # test_p2p_buf.py: Issend's request done before its receive starts (a
@@ -45,7 +45,7 @@ DESELECTED = ("testBcastTypeIndexed",  # derived datatype (MPI.Datatype.Create_i
 # on its NotImplementedError)
 UPSTREAM = {"test_cco_buf.py": (67, 0, 4), "test_cco_nb_buf.py": (67, 0, 4),
             "test_cco_vec.py": (50, 12, 0), "test_cco_nb_vec.py": (50, 12, 0),
-            "test_p2p_buf.py": (40, 0, 12)}
+            "test_p2p_buf.py": (40, 0, 12), "test_request.py": (12, 0, 0)}
 SMALL_ONLY = ("test_cco_vec.py", "test_cco_nb_vec.py", "test_p2p_buf.py")
 # mpi4py's test/main.py has --no-numba for the same purpose (it hides numba entirely;
 # neuron_mpi needs numba's CPU compiler, so only numba.cuda is hidden)

@@ -615,7 +615,7 @@ class Comm:
         """The receive is made at Wait, or at a Test that finds its message here,
         into the message its posting order matches: the receives posted before it
         from the same source take theirs first, whatever order they are waited in."""
-        req = Request()
+        req = Request._new()
         req._run = self._posted(buf, source, tag)(req)
         return req
 
@@ -624,7 +624,7 @@ class Comm:
         """The send (it leaves at the call), then the receive, posted as Irecv."""
         start = self._posted(recvbuf, source, recvtag, "recvbuf")
         self.Send(sendbuf, dest, sendtag)
-        req = Request()
+        req = Request._new()
         req._run = start(req)
         return req
 
@@ -633,7 +633,7 @@ class Comm:
         """Send ``buf`` (its bytes leave at the call), then post the receive into it."""
         start = self._posted(buf, source, recvtag)
         self.Send(buf, dest, sendtag)
-        req = Request()
+        req = Request._new()
         req._run = start(req)
         return req
 

@@ -15,9 +15,32 @@ def set_status(status, source, tag, nbytes: int) -> None:
         status.Set_elements(_MPI.BYTE, nbytes)
 
 
+def empty_status(status) -> None:
+    """MPI's empty status (a request null or inactive, a send): any source, any
+    tag, no error, no elements."""
+    if status is not None:
+        status.Set_source(_MPI.ANY_SOURCE)
+        status.Set_tag(_MPI.ANY_TAG)
+        status.Set_error(_MPI.SUCCESS)
+        status.Set_elements(_MPI.BYTE, 0)
+
+
 def _is_active(r) -> bool:
     """An active request of ours (MPI.REQUEST_NULL, which lists may hold, is not)."""
     return getattr(r, "_active", False)
+
+
+def _statuses(statuses, n: int) -> list:
+    """The statuses of a list of ``n`` requests, as mpi4py takes them: None for
+    none, a list grown to ``n`` new Status objects, a tuple as far as it goes."""
+    if statuses is None:
+        return [None] * n
+    if isinstance(statuses, list):
+        while len(statuses) < n:
+            statuses.append(_MPI.Status())
+        return statuses
+    got = list(statuses)[:n]
+    return got + [None] * (n - len(got))
 
 
 class Request:
@@ -31,23 +54,33 @@ class Request:
     done); a receive is made at Wait, or at a Test that finds its message here
     (Test never waits for one); a send has left at the call. The buffers
     of a request in flight are the call's until it completes, as in MPI. A
-    request is active from its call until a Wait or a Test completes it (then the
-    Wait*/Test* of a list pass over it, as MPI's inactive requests)."""
+    request is active from its call until a Wait or a Test completes it; then it
+    is MPI.REQUEST_NULL (false), as is ``MPI.Request()``, and the Wait*/Test* of
+    a list pass over it. The lower-case methods return what mpi4py's do for
+    buffer requests (no pickled objects: None in their places)."""
 
-    def __init__(self, run=None, handle=None, info=None):
-        self._run = run
-        self._handle = handle  # a neuron_mpi Handle in flight (its wait() is ``run``)
-        self._info = info  # a receive's (source, tag, bytes), for its Status
+    def __init__(self):
+        self._run = None  # what completes it (a receive made, a result placed)
+        self._handle = None  # a neuron_mpi Handle in flight (its wait() is ``_run``)
+        self._info = None  # a receive's (source, tag, bytes), for its Status
         self._poll = None  # a receive not yet made: whether its message is here
-        self._active = True
-        self._null = False  # completed (or freed): equal to MPI.REQUEST_NULL, false
+        self._active = False
+        self._null = True  # equal to MPI.REQUEST_NULL, false
+
+    @classmethod
+    def _new(cls, run=None, handle=None):
+        """An active request (an I-call's)."""
+        r = cls()
+        r._run, r._handle = run, handle
+        r._active, r._null = True, False
+        return r
 
     def __bool__(self) -> bool:
         return not self._null
 
     def __eq__(self, other):
         if isinstance(other, Request):
-            return other is self
+            return other is self or self._null and other._null
         if isinstance(other, _MPI.Request):  # (MPI.REQUEST_NULL, as mpi4py compares)
             return self._null and other == _MPI.REQUEST_NULL
         return NotImplemented
@@ -66,51 +99,82 @@ class Request:
         h = self._handle
         return h is None or h.test()
 
-    def Wait(self, status=None):
-        self._active = False
-        self._null = not isinstance(self, Prequest)  # (a persistent one stays, inactive)
+    def _finish(self) -> None:
+        """Run what completes the operation (once), the request still active."""
         if self._run is not None:
             run, self._run, self._handle = self._run, None, None
             run()
+
+    def _status(self, status) -> None:
         if self._info is not None:
             set_status(status, *self._info)
+        else:
+            empty_status(status)
+
+    def _complete(self, status) -> None:
+        if not self._active:
+            return empty_status(status)
+        self._active = False
+        self._null = not isinstance(self, Prequest)  # (a persistent one stays, inactive)
+        self._finish()
+        self._status(status)
+
+    def Wait(self, status=None):
+        self._complete(status)
         return True
 
-    wait = Wait
+    def wait(self, status=None):
+        self._complete(status)
+        return None
 
     def Test(self, status=None):
-        if not self._ready():
+        if self._active and not self._ready():
             return False
-        self.Wait(status)
+        self._complete(status)
         return True
 
-    test = Test
+    def test(self, status=None):
+        return self.Test(status), None
 
     def Get_status(self, status=None) -> bool:
-        """Whether the request is done, without completing it (MPI_Request_get_status)."""
-        done = not self._active or self._ready()
-        if done and self._info is not None and self._run is None:
-            set_status(status, *self._info)
-        return done
+        """Whether the request is done, without completing it
+        (MPI_Request_get_status; a receive whose message is here is made)."""
+        if not self._active:
+            empty_status(status)
+            return True
+        if not self._ready():
+            return False
+        self._finish()
+        self._status(status)
+        return True
+
+    get_status = Get_status
 
     def Free(self):
         """Drop the request; one in flight or a receive not yet made completes
         first (as MPI lets the operation go on, its buffers the call's until
         then; a receive dropped would leave its message to the next one)."""
-        if self._run is not None:
-            self.Wait()
+        self._finish()
         self._active = False
         self._null = True
+
+    free = Free
 
     @staticmethod
     def Waitall(requests, statuses=None):
         requests = list(requests)
-        for k, r in enumerate(requests):
+        statuses = _statuses(statuses, len(requests))
+        for r, st in zip(requests, statuses):
             if isinstance(r, Request):
-                r.Wait(None if statuses is None else statuses[k])
+                r._complete(st)
+            else:
+                empty_status(st)
         return True
 
-    waitall = Waitall
+    @staticmethod
+    def waitall(requests, statuses=None):
+        Request.Waitall(requests, statuses)
+        return [None] * len(requests)
 
     @staticmethod
     def Testall(requests, statuses=None):
@@ -122,17 +186,42 @@ class Request:
         return Request.Waitall(requests, statuses)
 
     @staticmethod
+    def testall(requests, statuses=None):
+        flag = Request.Testall(requests, statuses)
+        return flag, ([None] * len(requests) if flag else None)
+
+    @staticmethod
+    def Get_status_all(requests, statuses=None) -> bool:
+        """Whether every request is done, completing none."""
+        requests = list(requests)
+        active = [r for r in requests if _is_active(r)]
+        if not all(r._ready() for r in active):
+            return False
+        for r, st in zip(requests, _statuses(statuses, len(requests))):
+            if isinstance(r, Request):
+                r.Get_status(st)
+            else:
+                empty_status(st)
+        return True
+
+    get_status_all = Get_status_all
+
+    @staticmethod
     def Waitany(requests, status=None):
         """The index of a request completed now (one already done first), or
-        MPI.UNDEFINED when none is active (every one completed by an earlier
-        Wait or Test)."""
+        MPI.UNDEFINED when none is active."""
         requests = list(requests)
         active = [k for k, r in enumerate(requests) if _is_active(r)]
         if not active:
+            empty_status(status)
             return _MPI.UNDEFINED
         i = next((k for k in active if requests[k]._ready()), active[0])
-        requests[i].Wait(status)
+        requests[i]._complete(status)
         return i
+
+    @staticmethod
+    def waitany(requests, status=None):
+        return Request.Waitany(requests, status), None
 
     @staticmethod
     def Testany(requests, status=None):
@@ -140,14 +229,34 @@ class Request:
         False) when none of the active ones is done; (MPI.UNDEFINED, True) when
         none is active."""
         requests = list(requests)
+        i, flag = Request._any(requests, status)
+        if i != _MPI.UNDEFINED:
+            requests[i]._complete(status)
+        return i, flag
+
+    @staticmethod
+    def testany(requests, status=None):
+        return Request.Testany(requests, status) + (None,)
+
+    @staticmethod
+    def Get_status_any(requests, status=None):
+        """Testany completing none."""
+        requests = list(requests)
+        i, flag = Request._any(requests, status)
+        if i != _MPI.UNDEFINED:
+            requests[i].Get_status(status)
+        return i, flag
+
+    get_status_any = Get_status_any
+
+    @staticmethod
+    def _any(requests, status):
         active = [k for k, r in enumerate(requests) if _is_active(r)]
         if not active:
+            empty_status(status)
             return _MPI.UNDEFINED, True
         i = next((k for k in active if requests[k]._ready()), None)
-        if i is None:
-            return _MPI.UNDEFINED, False
-        requests[i].Wait(status)
-        return i, True
+        return (_MPI.UNDEFINED, False) if i is None else (i, True)
 
     @staticmethod
     def Waitsome(requests, statuses=None):
@@ -156,21 +265,42 @@ class Request:
         return Request._some(list(requests), statuses, True)
 
     @staticmethod
+    def waitsome(requests, statuses=None):
+        done = Request.Waitsome(requests, statuses)
+        return done, (None if done is None else [None] * len(done))
+
+    @staticmethod
     def Testsome(requests, statuses=None):
         """The indices of the requests done and completed now (maybe none); None
         when none is active."""
         return Request._some(list(requests), statuses, False)
 
     @staticmethod
-    def _some(requests, statuses, wait):
+    def testsome(requests, statuses=None):
+        done = Request.Testsome(requests, statuses)
+        return done, (None if done is None else [None] * len(done))
+
+    @staticmethod
+    def Get_status_some(requests, statuses=None):
+        """The indices of the requests done (completing none); None when none is
+        active."""
+        return Request._some(list(requests), statuses, False, complete=False)
+
+    get_status_some = Get_status_some
+
+    @staticmethod
+    def _some(requests, statuses, wait, complete=True):
         active = [k for k, r in enumerate(requests) if _is_active(r)]
         if not active:
             return None
         done = [k for k in active if requests[k]._ready()]
         if not done and wait:
             done = active[:1]
-        for j, k in enumerate(done):
-            requests[k].Wait(None if statuses is None else statuses[j])
+        for k, st in zip(done, _statuses(statuses, len(done))):
+            if complete:
+                requests[k]._complete(st)
+            else:
+                requests[k].Get_status(st)
         return done
 
     @staticmethod
@@ -178,6 +308,8 @@ class Request:
         """Start each persistent request (Prequest) of the list."""
         for r in requests:
             r.Start()
+
+    startall = Startall
 
     def __getattr__(self, name):
         not_emulated(self, name, _MPI.Prequest)
@@ -187,19 +319,22 @@ class Prequest(Request):
     """A persistent request (Comm.Send_init, Comm.Recv_init): inactive until
     ``Start``, which makes the send (it leaves at once, with the buffer's bytes
     at that moment) or posts the receive (made at Wait/Test, in posting order);
-    a Wait or Test completes it and it may be started again."""
+    a Wait or Test completes it and it may be started again; MPI.REQUEST_NULL
+    once freed."""
 
     def __init__(self, start):
         super().__init__()
         self._start = start
-        self._active = False
+        self._null = False
 
     def Start(self):
+        if self._null:
+            raise InvalidArgumentError("request: this persistent request was freed")
         if self._active:
             raise InvalidArgumentError(
                 "request: this persistent request is active (Start it again after "
                 "Wait or Test completes it)")
-        self._info = None
+        self._info = self._poll = None
         self._run = self._start(self)
         self._active = True
 
@@ -222,7 +357,8 @@ def not_emulated(obj, name, real):
 
 
 def done() -> Request:
-    return Request()
+    """The request of an I-call done at the call (active until completed)."""
+    return Request._new()
 
 
 def started(h, then=None) -> Request:
@@ -232,4 +368,4 @@ def started(h, then=None) -> Request:
 
     if not isinstance(h, Handle):
         return done()
-    return Request(h.wait if then is None else lambda: then(h.wait()), h)
+    return Request._new(h.wait if then is None else lambda: then(h.wait()), h)

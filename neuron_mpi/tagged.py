@@ -23,6 +23,17 @@ ANY = -1
 TAG_UB = 2 ** 31 - 1  # (Open MPI's MPI_TAG_UB; the standard's least is 32767)
 
 
+def deadline():
+    """When a receive or probe from any source gives up: NEURON_MPI_TIMEOUT from
+    now (time.monotonic()), or None for none."""
+    import time
+
+    from . import env
+
+    seconds = env.timeout_seconds()
+    return None if seconds is None else time.monotonic() + seconds
+
+
 def send_tag(tag, name="tag") -> int:
     if isinstance(tag, bool) or not isinstance(tag, (int, np.integer)) or \
             not 0 <= tag <= TAG_UB:

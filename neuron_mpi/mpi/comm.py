@@ -9,7 +9,7 @@ from mpi4py import MPI as _MPI
 from .. import kernels
 from ..kernels.reference import UFUNCS as _UFUNC
 from ..errors import InvalidArgumentError
-from ..tagged import ANY, Tagged, send_tag
+from ..tagged import ANY, Tagged, deadline, send_tag
 from .buffers import Msg, as_bytes, is_in_place, place, real_parts
 from .requests import Prequest, Request, done, not_emulated, set_status, started
 
@@ -65,16 +65,6 @@ def _named(source):
             "receive matches per source here): Recv, Probe or Iprobe from any source, "
             "or post the receive from a named rank")
     return source
-
-
-def _deadline():
-    """When a receive or probe from any source gives up (NEURON_MPI_TIMEOUT)."""
-    import time
-
-    from .. import env
-
-    seconds = env.timeout_seconds()
-    return None if seconds is None else time.monotonic() + seconds
 
 
 def _null_status(status) -> None:
@@ -577,7 +567,7 @@ class Comm:
     def _receive(self, out, source, tag, status) -> None:
         """A blocking receive into ``out`` (bytes), from a rank or MPI.ANY_SOURCE."""
         if source == _MPI.ANY_SOURCE:
-            set_status(status, *self._t.recv_any(out, tag, _deadline()))
+            set_status(status, *self._t.recv_any(out, tag, deadline()))
         else:
             set_status(status, source, *self._t.recv(out, source, tag))
 
@@ -683,7 +673,7 @@ class Comm:
         if source == _MPI.PROC_NULL:
             _null_status(status)
         elif source == _MPI.ANY_SOURCE:
-            set_status(status, *self._t.probe_any(tag, _deadline()))
+            set_status(status, *self._t.probe_any(tag, deadline()))
         else:
             set_status(status, source, *self._t.probe(source, tag))
         return True

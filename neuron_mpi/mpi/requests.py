@@ -43,6 +43,11 @@ def _statuses(statuses, n: int) -> list:
     return got + [None] * (n - len(got))
 
 
+def _no_objects(done):
+    """A lower-case waitsome/testsome's (indices, objects): no pickled objects."""
+    return done, (None if done is None else [None] * len(done))
+
+
 class Request:
     """A request of an I-call. The non-blocking collectives (Iallreduce, Ireduce,
     Ireduce_scatter_block, Iscan, Iexscan, Ibcast, Iallgather, Iallgatherv,
@@ -266,8 +271,7 @@ class Request:
 
     @staticmethod
     def waitsome(requests, statuses=None):
-        done = Request.Waitsome(requests, statuses)
-        return done, (None if done is None else [None] * len(done))
+        return _no_objects(Request.Waitsome(requests, statuses))
 
     @staticmethod
     def Testsome(requests, statuses=None):
@@ -277,8 +281,7 @@ class Request:
 
     @staticmethod
     def testsome(requests, statuses=None):
-        done = Request.Testsome(requests, statuses)
-        return done, (None if done is None else [None] * len(done))
+        return _no_objects(Request.Testsome(requests, statuses))
 
     @staticmethod
     def Get_status_some(requests, statuses=None):

@@ -29,15 +29,13 @@ docs/api.md ("Front-ends").
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from .. import env
 from ..errors import InvalidArgumentError, NeuronMPIError
-from ..tagged import Tagged, send_tag
+from ..tagged import Tagged, deadline, send_tag
 from .tensors import as_numpy, reduce_op
 from .work import InFlight, Later, done
 
@@ -110,6 +108,16 @@ def _op(reduce_op) -> str:
         name = getattr(reduce_op, "name", None) or type(reduce_op).__name__
     raise InvalidArgumentError(
         f"op: the neuron backend reduces with SUM, AVG, PRODUCT, MIN or MAX, got {name}")
+
+
+def _landed(a: np.ndarray, buf: np.ndarray, src: int, tag: int, n: int) -> None:
+    """A message of ``n`` bytes from ``src`` received into ``buf`` for tensor
+    array ``a``: its size checked, copied into ``a`` when ``buf`` stood in for it."""
+    if n != a.nbytes:
+        raise InvalidArgumentError(
+            f"tensor: rank {src} sent {n} bytes (tag {tag}) but the tensor holds {a.nbytes}")
+    if buf is not a:
+        a[...] = buf
 
 
 def _flat(a: np.ndarray) -> np.ndarray:
@@ -379,13 +387,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
         def make():
             for a, b, m in zip(arrays, bufs, makes):
-                _, n = m()
-                if n != a.nbytes:
-                    raise InvalidArgumentError(
-                        f"tensor: rank {src} sent {n} bytes (tag {tag}) but the tensor holds "
-                        f"{a.nbytes}")
-                if b is not a:
-                    a[...] = b
+                _landed(a, b, src, tag, m()[1])
         last = makes[-1] if makes else None
         return Later(make, tensors,
                      None if last is None else lambda: self._tagged.ready(src, last))
@@ -403,16 +405,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
         work: list = []
 
         def make():
-            seconds = env.timeout_seconds()
-            src, _, n = self._tagged.recv_any(
-                buf.reshape(-1).view(np.uint8), tag,
-                None if seconds is None else time.monotonic() + seconds)
-            if n != a.nbytes:
-                raise InvalidArgumentError(
-                    f"tensor: rank {src} sent {n} bytes (tag {tag}) but the tensor holds "
-                    f"{a.nbytes}")
-            if buf is not a:
-                a[...] = buf
+            src, _, n = self._tagged.recv_any(buf.reshape(-1).view(np.uint8), tag, deadline())
+            _landed(a, buf, src, tag, n)
             work[0]._source = src
 
         work.append(Later(make, tensors, lambda: self._tagged.iprobe_any(tag) is not None))

@@ -122,34 +122,55 @@ class Tagged:
             yield src
 
     def post(self, out: np.ndarray, src: int, tag: int):
-        """A receive made later, in posting order: returns ``make()``, which makes
-        it (once; the receives posted before it first) and returns (tag, size)."""
+        """A receive made later: returns ``make()``, which makes it (once) and
+        returns (tag, size), or raises its error (again at every call). Its
+        message is the one MPI's matching gives it: the receives posted before it
+        from ``src`` take theirs first, but it does not wait for theirs."""
         posted = self._posted.setdefault(src, [])
         got: list = []
 
         def make():
             if not got:
-                while posted and posted[0] is not make:
-                    posted[0]()  # (an earlier one: it takes itself off the list)
-                if posted and posted[0] is make:
-                    posted.pop(0)
-                got.append(self._match(src, tag, out))
-            return got[0]
+                try:
+                    got.append((self._take(src, make, out), None))
+                except BaseException as e:  # (MPI_ERR_TRUNCATE, a timeout: the receive is over)
+                    if make in posted:
+                        posted.remove(make)
+                    got.append((None, e))
+            value, err = got[0]
+            if err is not None:
+                raise err
+            return value
 
         make.tag = tag
         posted.append(make)
         return make
 
+    def _take(self, src, make, out) -> tuple:
+        """Make the posted receive ``make``: the message its claim gives it, set
+        aside or still to come (messages for other receives are set aside)."""
+        posted = self._posted[src]
+        early = self._early.setdefault(src, [])
+        while True:
+            k = self._claims(src, posted)[posted.index(make)]
+            if k is not None:
+                posted.remove(make)
+                t, data = early.pop(k)
+                return _deliver(out, t, data, src)
+            if posted[0] is make:  # (first posted, nothing set aside for it: the next
+                posted.pop(0)  # matching message is its own, straight into out)
+                return self._match(src, make.tag, out)
+            early.append(self._next(src))
+
     def ready(self, src: int, make) -> bool:
         """Whether the posted receive ``make`` (from ``post``) can be made now
-        without waiting: it was made already, or the messages that it and the
-        receives posted before it from ``src`` match have arrived (MPI_Test of a
-        receive request). Never waits."""
+        without waiting: it was made already, or the message MPI's matching gives
+        it has arrived (MPI_Test of a receive request). Never waits."""
         posted = self._posted.get(src) or []
         if make not in posted:
             return True
         self._pull(src)
-        return None not in self._claims(src, posted[:posted.index(make) + 1])
+        return self._claims(src, posted)[posted.index(make)] is not None
 
     def probe(self, src: int, tag: int) -> tuple:
         """Wait for a message from ``src`` with ``tag`` that no posted receive

@@ -117,9 +117,9 @@ def test_bad_send_tags_are_refused(tag):
 
 
 def test_a_posted_receive_is_ready_once_its_messages_are_here_and_iprobe_waits_for_none():
-    """ready() and iprobe() never wait: a posted receive is ready once it and the
-    receives posted before it have their messages here (matched as MPI matches
-    them: each the first that fits, in posting order); iprobe reports only a
+    """ready() and iprobe() never wait: a posted receive is ready once the message
+    MPI's matching gives it is here (each receive, in posting order, the first
+    that fits), whether or not those posted before it have theirs; iprobe reports only a
     message no posted receive will take, and only once its bytes have begun to
     arrive too."""
     w = Wire()
@@ -129,8 +129,8 @@ def test_a_posted_receive_is_ready_once_its_messages_are_here_and_iprobe_waits_f
     my = b.post(y.view(np.uint8), 0, ANY)
     assert not b.ready(0, mx) and not b.ready(0, my) and b.iprobe(0, ANY) is None
     a.send(_b(7.0), 1, 7)
-    # (my would take it, but mx, posted first, waits for tag 5)
-    assert not b.ready(0, mx) and not b.ready(0, my) and b.iprobe(0, 7) is None
+    # (my takes it: mx, posted first, waits for tag 5)
+    assert not b.ready(0, mx) and b.ready(0, my) and b.iprobe(0, 7) is None
     w.q[(1, 0)].append(np.array([5, 8], np.int64).view(np.uint8))  # a header alone
     assert not b.ready(0, mx)
     w.q[(1, 0)].append(_b(5.0))  # and its bytes
@@ -138,7 +138,8 @@ def test_a_posted_receive_is_ready_once_its_messages_are_here_and_iprobe_waits_f
     a.send(_b(9.0, 9.5), 1, 9)
     assert b.iprobe(0, 9) == (9, 16) and b.iprobe(0, ANY) == (9, 16)
     assert b.iprobe(0, 5) is None
-    assert my() == (7, 8) and (x[0], y[0]) == (5.0, 7.0)  # (mx made first)
+    assert my() == (7, 8) and (x[0], y[0]) == (0.0, 7.0)  # (mx not made by it)
+    assert mx() == (5, 8) and x[0] == 5.0
     assert b.ready(0, mx) and b.ready(0, my)  # (made)
     out = np.zeros(2)
     assert b.recv(out.view(np.uint8), 0, ANY) == (9, 16) and out.tolist() == [9.0, 9.5]
@@ -165,3 +166,23 @@ def test_receive_and_probe_from_any_source():
     got = sorted([b.recv_any(y.view(np.uint8), ANY)[:2] + (y[0],) for _ in range(2)])
     assert got == [(0, 5, 5.0), (1, 4, 4.0)]
     assert mx() == (3, 8) and x[0] == 3.0
+
+
+def test_a_posted_receive_does_not_wait_for_an_earlier_ones_message():
+    """As MPI: q2 (tag 2) completes once its message is here although q1 (tag 1),
+    posted first, has none; an error of q1 (MPI_ERR_TRUNCATE) is q1's, every time
+    it is made, and leaves the stream as MPI leaves it."""
+    a, b = _pair()
+    small, big = np.zeros(1, np.int32), np.zeros(4, np.int32)
+    q1 = b.post(small.view(np.uint8), 0, 1)
+    q2 = b.post(big.view(np.uint8), 0, 2)
+    a.send(np.array([2, 2], np.int32).view(np.uint8), 1, 2)
+    assert b.ready(0, q2) and not b.ready(0, q1)
+    assert q2() == (2, 8) and big.tolist() == [2, 2, 0, 0]
+    a.send(np.array([1, 1], np.int32).view(np.uint8), 1, 1)  # too long for q1
+    a.send(np.array([3], np.int32).view(np.uint8), 1, 3)
+    for _ in range(2):
+        with pytest.raises(InvalidArgumentError, match="MPI_ERR_TRUNCATE"):
+            q1()
+    out = np.zeros(1, np.int32)
+    assert b.recv(out.view(np.uint8), 0, ANY) == (3, 4) and out[0] == 3

@@ -67,6 +67,14 @@ def _named(source):
     return source
 
 
+def _landing(buf, name) -> np.ndarray:
+    """A receive's buffer as bytes, checked writeable before anything is taken."""
+    out = as_bytes(Msg(buf, name).elems())
+    if not out.flags.writeable:
+        raise InvalidArgumentError(f"{name}: expected a writeable buffer, got a read-only one")
+    return out
+
+
 def _null_status(status) -> None:
     """The status of a receive from MPI.PROC_NULL: source PROC_NULL, any tag, 0
     elements."""
@@ -561,7 +569,7 @@ class Comm:
     def Recv(self, buf, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG, status=None) -> None:
         if source == _MPI.PROC_NULL:
             return _null_status(status)
-        out = as_bytes(Msg(buf, "buf").elems())
+        out = _landing(buf, "buf")
         self._receive(out, source, _recv_tag(tag), status)
 
     def _receive(self, out, source, tag, status) -> None:
@@ -576,7 +584,7 @@ class Comm:
         """The send, then the receive: a send returns once its bytes have left
         ``sendbuf`` (into the receiver's landing slots or a copy), so two ranks
         exchanging cannot wait for each other."""
-        out = None if source == _MPI.PROC_NULL else as_bytes(Msg(recvbuf, "recvbuf").elems())
+        out = None if source == _MPI.PROC_NULL else _landing(recvbuf, "recvbuf")
         recvtag = _recv_tag(recvtag)
         self.Send(sendbuf, dest, sendtag)
         if out is None:
@@ -591,7 +599,7 @@ class Comm:
         if source == _MPI.PROC_NULL:
             self.Send(buf, dest, sendtag)
             return _null_status(status)
-        out = as_bytes(Msg(buf, "buf").elems())
+        out = _landing(buf, "buf")
         self.Send(buf, dest, sendtag)
         self._receive(out, source, recvtag, status)
 
@@ -637,7 +645,7 @@ class Comm:
             def start_null(req):
                 req._info = (_MPI.PROC_NULL, _MPI.ANY_TAG, 0)
             return start_null
-        out = as_bytes(Msg(buf, name).elems())
+        out = _landing(buf, name)
 
         def start(req):
             make = self._t.post(out, source, tag)

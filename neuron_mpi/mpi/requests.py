@@ -43,6 +43,27 @@ def _statuses(statuses, n: int) -> list:
     return got + [None] * (n - len(got))
 
 
+def _first_done(requests, active) -> int:
+    """The index of the first of the ``active`` requests to be done: they are
+    polled (never made to wait for one of them while another could finish first),
+    sleeping 20 us doubling to 1 ms between rounds; past NEURON_MPI_TIMEOUT the
+    first is waited for, which raises its own timeout."""
+    import time
+
+    from ..tagged import deadline
+
+    end = deadline()
+    pause = 20e-6
+    while True:
+        for k in active:
+            if requests[k]._ready():
+                return k
+        if end is not None and time.monotonic() >= end:
+            return active[0]
+        time.sleep(pause)
+        pause = min(pause * 2, 1e-3)
+
+
 def _no_objects(done):
     """A lower-case waitsome/testsome's (indices, objects): no pickled objects."""
     return done, (None if done is None else [None] * len(done))
@@ -220,7 +241,7 @@ class Request:
         if not active:
             empty_status(status)
             return _MPI.UNDEFINED
-        i = next((k for k in active if requests[k]._ready()), active[0])
+        i = _first_done(requests, active)
         requests[i]._complete(status)
         return i
 
@@ -298,7 +319,7 @@ class Request:
             return None
         done = [k for k in active if requests[k]._ready()]
         if not done and wait:
-            done = active[:1]
+            done = [_first_done(requests, active)]
         for k, st in zip(done, _statuses(statuses, len(done))):
             if complete:
                 requests[k]._complete(st)

@@ -36,18 +36,22 @@ def complex_ok(op: str) -> bool:
 def reduce_op(op: str, tensors, name: str) -> str:
     """The op the Communicator reduces ``tensors`` with for the caller's ``op``;
     InvalidArgumentError naming ``name`` for an op their dtype does not take."""
+    tensors = [t for t in tensors if isinstance(t, torch.Tensor)]  # (as_numpy names others)
     for t in tensors:
-        if not isinstance(t, torch.Tensor):
-            continue  # (as_numpy names it)
         if t.is_complex() and not complex_ok(op):
             raise InvalidArgumentError(
                 f"{name}: complex tensors reduce with SUM or AVG only, got {op}")
-        if t.dtype == torch.bool:
-            if op not in _BOOL_OPS:
-                raise InvalidArgumentError(
-                    f"{name}: bool tensors reduce with SUM, PRODUCT, MIN or MAX, got {op}")
-            return _BOOL_OPS[op]
-    return op
+    bools = [t.dtype == torch.bool for t in tensors]
+    if not any(bools):
+        return op
+    if not all(bools):
+        raise InvalidArgumentError(
+            f"{name}: bool tensors reduce as logical or / and, so one call cannot mix them "
+            "with tensors of other dtypes")
+    if op not in _BOOL_OPS:
+        raise InvalidArgumentError(
+            f"{name}: bool tensors reduce with SUM, PRODUCT, MIN or MAX, got {op}")
+    return _BOOL_OPS[op]
 
 
 def as_numpy(t, name: str, write: bool = True) -> np.ndarray:

@@ -117,11 +117,17 @@ class Later(dist.Work):
         self._ready = ready
         self._over = False
         self._source = None  # a receive from any source: its sender, once made
+        self._error = None
 
     def wait(self, timeout=None):
         if not self._over:
-            self._make()
+            try:
+                self._make()
+            except BaseException as e:  # (the receive is over: its error, every time)
+                self._error = e
             self._over = True
+        if self._error is not None:
+            raise self._error
         return True
 
     synchronize = wait

@@ -470,3 +470,27 @@ def test_any_source_and_proc_null():
         W.Barrier()
         W.Send(np.full(R, -R, np.int32), 0, tag=20 + R)
     W.Barrier()
+
+
+def test_waitany_waits_for_whichever_finishes_and_read_only_receives_are_refused():
+    """Waitany over two receives returns the one whose message comes (the other's
+    comes only after rank 0 answers); a receive into a read-only buffer is refused
+    before it takes anything, and the message is still there for the next one."""
+    if N < 2:
+        pytest.skip("needs 2 ranks")
+    if R == 0:
+        a, b = np.zeros(1), np.zeros(1)
+        reqs = [W.Irecv(a, 1, tag=1), W.Irecv(b, 1, tag=2)]
+        assert MPI.Request.Waitany(reqs) == 1 and b[0] == 2.0
+        W.Send(np.zeros(1), 1, tag=5)
+        assert MPI.Request.Waitany(reqs) == 0 and a[0] == 1.0
+        with pytest.raises(ValueError, match="buf: expected a writeable buffer"):
+            W.Recv(bytes(8), 1, tag=3)
+        W.Recv(a, 1, tag=3)
+        assert a[0] == 3.0
+    elif R == 1:
+        W.Send(np.array([2.0]), 0, tag=2)
+        W.Recv(np.zeros(1), 0, tag=5)
+        W.Send(np.array([1.0]), 0, tag=1)
+        W.Send(np.array([3.0]), 0, tag=3)
+    W.Barrier()

@@ -428,3 +428,26 @@ def test_receive_from_any_source():
     else:
         dist.send(torch.full((2,), float(R)), dst=0)
     dist.barrier()
+
+
+def test_a_failed_receive_raises_its_error_again_and_mixed_bool_reductions_are_refused():
+    """A receive whose message has the wrong size raises that error at every wait
+    (it does not take the next message); one reduction over bool and float tensors
+    is refused on every rank."""
+    if N >= 2:
+        if R == 0:
+            w = dist.irecv(torch.zeros(2))  # (any source)
+            for _ in range(2):
+                with pytest.raises(nm.InvalidArgumentError, match="has 12 bytes"):
+                    w.wait()
+            t = torch.zeros(2)
+            dist.recv(t, 1)
+            assert t.tolist() == [8.0, 8.0]
+        elif R == 1:
+            dist.send(torch.zeros(3), 0)
+            dist.send(torch.full((2,), 8.0), 0)
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = dist.ReduceOp.SUM
+    with pytest.raises(nm.InvalidArgumentError, match="cannot mix them"):
+        dist.group.WORLD.allreduce([torch.ones(2, dtype=torch.bool), torch.ones(2)], opts)
+    dist.barrier()

@@ -119,15 +119,19 @@ class Later(dist.Work):
         self._source = None  # a receive from any source: its sender, once made
         self._error = None
 
-    def wait(self, timeout=None):
+    def _end(self) -> None:
+        """Make the receive, once; its error is kept (the receive is over)."""
         if not self._over:
             try:
                 self._make()
-            except BaseException as e:  # (the receive is over: its error, every time)
+            except BaseException as e:
                 self._error = e
             self._over = True
+
+    def wait(self, timeout=None):
+        self._end()
         if self._error is not None:
-            raise self._error
+            raise self._error  # (every time)
         return True
 
     synchronize = wait
@@ -138,8 +142,9 @@ class Later(dist.Work):
         return self._source
 
     def is_completed(self):
+        """True once the receive is over (its error, if any, is wait()'s)."""
         if not self._over and (self._ready is None or self._ready()):
-            self.wait()
+            self._end()
         return self._over
 
     def result(self):

@@ -75,13 +75,15 @@ def _landing(buf, name) -> np.ndarray:
     return out
 
 
-def _null_status(status) -> None:
-    """The status of a receive from MPI.PROC_NULL: source PROC_NULL, any tag, 0
-    elements."""
-    if status is not None:
-        status.Set_source(_MPI.PROC_NULL)
-        status.Set_tag(_MPI.ANY_TAG)
-        status.Set_elements(_MPI.BYTE, 0)
+#: (source, tag, bytes) of a receive from MPI.PROC_NULL, for its status
+_NULL = (_MPI.PROC_NULL, _MPI.ANY_TAG, 0)
+
+
+def _request(start) -> Request:
+    """The active Request of a receive posted by ``start`` (Comm._posted)."""
+    req = Request._new()
+    req._run = start(req)
+    return req
 
 
 def _recv_tag(tag) -> int:
@@ -568,7 +570,7 @@ class Comm:
 
     def Recv(self, buf, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG, status=None) -> None:
         if source == _MPI.PROC_NULL:
-            return _null_status(status)
+            return set_status(status, *_NULL)
         out = _landing(buf, "buf")
         self._receive(out, source, _recv_tag(tag), status)
 
@@ -584,23 +586,20 @@ class Comm:
         """The send, then the receive: a send returns once its bytes have left
         ``sendbuf`` (into the receiver's landing slots or a copy), so two ranks
         exchanging cannot wait for each other."""
-        out = None if source == _MPI.PROC_NULL else _landing(recvbuf, "recvbuf")
-        recvtag = _recv_tag(recvtag)
-        self.Send(sendbuf, dest, sendtag)
-        if out is None:
-            return _null_status(status)
-        self._receive(out, source, recvtag, status)
+        self._sendrecv(sendbuf, dest, sendtag, recvbuf, source, recvtag, status, "recvbuf")
 
     def Sendrecv_replace(self, buf, dest, sendtag=0, source=_MPI.ANY_SOURCE,
                          recvtag=_MPI.ANY_TAG, status=None) -> None:
         """Send ``buf``, then receive into it (a send returns once its bytes have
         left the buffer, so the receive cannot overwrite them)."""
+        self._sendrecv(buf, dest, sendtag, buf, source, recvtag, status, "buf")
+
+    def _sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status, name):
+        out = None if source == _MPI.PROC_NULL else _landing(recvbuf, name)
         recvtag = _recv_tag(recvtag)
-        if source == _MPI.PROC_NULL:
-            self.Send(buf, dest, sendtag)
-            return _null_status(status)
-        out = _landing(buf, "buf")
-        self.Send(buf, dest, sendtag)
+        self.Send(sendbuf, dest, sendtag)
+        if out is None:
+            return set_status(status, *_NULL)
         self._receive(out, source, recvtag, status)
 
     def Isend(self, buf, dest, tag=0) -> Request:
@@ -613,27 +612,21 @@ class Comm:
         """The receive is made at Wait, or at a Test that finds its message here,
         into the message its posting order matches: the receives posted before it
         from the same source take theirs first, whatever order they are waited in."""
-        req = Request._new()
-        req._run = self._posted(buf, source, tag)(req)
-        return req
+        return _request(self._posted(buf, source, tag))
 
     def Isendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=_MPI.ANY_SOURCE,
                   recvtag=_MPI.ANY_TAG) -> Request:
         """The send (it leaves at the call), then the receive, posted as Irecv."""
         start = self._posted(recvbuf, source, recvtag, "recvbuf")
         self.Send(sendbuf, dest, sendtag)
-        req = Request._new()
-        req._run = start(req)
-        return req
+        return _request(start)
 
     def Isendrecv_replace(self, buf, dest, sendtag=0, source=_MPI.ANY_SOURCE,
                           recvtag=_MPI.ANY_TAG) -> Request:
         """Send ``buf`` (its bytes leave at the call), then post the receive into it."""
         start = self._posted(buf, source, recvtag)
         self.Send(buf, dest, sendtag)
-        req = Request._new()
-        req._run = start(req)
-        return req
+        return _request(start)
 
     def _posted(self, buf, source, tag, name="buf"):
         """A receive's arguments, checked now; returns ``start(req)``, which posts
@@ -643,7 +636,7 @@ class Comm:
         tag = _recv_tag(tag)
         if source == _MPI.PROC_NULL:
             def start_null(req):
-                req._info = (_MPI.PROC_NULL, _MPI.ANY_TAG, 0)
+                req._info = _NULL
             return start_null
         out = _landing(buf, name)
 
@@ -679,7 +672,7 @@ class Comm:
         leaving it to the receive."""
         tag = _recv_tag(tag)
         if source == _MPI.PROC_NULL:
-            _null_status(status)
+            set_status(status, *_NULL)
         elif source == _MPI.ANY_SOURCE:
             set_status(status, *self._t.probe_any(tag, deadline()))
         else:
@@ -693,7 +686,7 @@ class Comm:
         (Irecv) will take are not reported."""
         tag = _recv_tag(tag)
         if source == _MPI.PROC_NULL:
-            _null_status(status)
+            set_status(status, *_NULL)
             return True
         if source == _MPI.ANY_SOURCE:
             got = self._t.iprobe_any(tag)

@@ -48,6 +48,7 @@ class Tagged:
         self.comm = comm
         self._posted: dict = {}  # source -> receives posted, not yet made
         self._early: dict = {}  # source -> [(tag, bytes)]: messages before their receive
+        self._last_any = -1  # the source a receive from any source served last
 
     def send(self, data: np.ndarray, dst: int, tag: int) -> None:
         """``data``: bytes (uint8, contiguous)."""
@@ -115,7 +116,7 @@ class Tagged:
         """Every source, starting after the one served last (so that one busy
         sender does not hide the others)."""
         n = self.comm.size
-        first = getattr(self, "_last_any", -1) + 1
+        first = self._last_any + 1
         for k in range(n):
             src = (first + k) % n
             self._last_any = src

@@ -2,7 +2,7 @@
 carries: bfloat16 and float8 (e4m3fn, e5m2) become ml_dtypes arrays (viewed through
 a same-width integer tensor, since numpy has no such types), complex tensors become
 their real and imaginary parts (sum and average only), bool tensors their bytes
-(0 or 1: reductions as logical or / and, ``bool_op``)."""
+(0 or 1: reductions as logical or / and, ``reduce_op``)."""
 from __future__ import annotations
 
 import ml_dtypes

@@ -179,13 +179,16 @@ class ShmTransport:
 
     def take(self, key) -> Arrival | None:
         """The piece with this key, if it is in one of this rank's slots."""
-        slot = native.find(self.seg8, self.g, key[0], key[1], key[2], key[3])
+        slot = self._find(key)
         return None if slot < 0 else self._arrival(slot)
 
     def holds(self, key) -> bool:
         """Whether the piece with this key is in one of this rank's slots (left
         there: a piece still in its sender's memory is not read)."""
-        return native.find(self.seg8, self.g, key[0], key[1], key[2], key[3]) >= 0
+        return self._find(key) >= 0
+
+    def _find(self, key) -> int:
+        return native.find(self.seg8, self.g, key[0], key[1], key[2], key[3])
 
     def reads(self) -> bool:
         """Do this domain's receivers read pieces from their senders (enable_reads)?"""

@@ -1028,12 +1028,15 @@ class Communicator:
                          keep=(raw, None))
 
     @_collective("barrier")
-    def barrier(self, timeout=None) -> None:
+    def barrier(self, async_op=False, timeout=None):
+        """Wait until every member has called. ``async_op``: a Handle at once, done
+        once every member has called (MPI_Ibarrier); else None."""
         # with the argument agreement on, the agreement is the barrier: no rounds of
         # empty messages after it (algorithms/direct.barrier)
         agreed = 1 if self.size > 1 and _checking() else None
-        self._run("barrier", None, 0, _EMPTY_BYTES, None, (0,), extra=agreed,
-                  timeout=timeout)
+        h = self._run("barrier", None, 0, _EMPTY_BYTES, None, (0,), extra=agreed,
+                      async_op=async_op, timeout=timeout)
+        return h if async_op else None
 
     # --- rooted collectives and prefix reductions (algorithms/rooted.py) ----------------
     @_collective("reduce")

@@ -1,33 +1,46 @@
 """Tagged point to point over a Communicator, for the front-ends (mpi4py's and
-torch.distributed's), which match messages by tag as MPI does.
+torch.distributed's), which match messages by tag and source as MPI does.
 
-Every message is two: a header (its tag and size, two int64) and its bytes. A
-receive takes the first message from its source whose tag matches (ANY: any), in
-the order sent, into a buffer at least its size; the messages it passes over wait,
-in order, for the receives that match them. Receives posted ahead (``post``) are
-made at their wait, in posting order per source, whatever order they are waited
-in; a blocking receive or probe passes over the messages they take (as MPI's
-matching: a receive posted earlier matches first), without waiting for theirs. A
-receive or probe from any source polls every source (``Communicator.arrived``,
-which never waits). A send returns once
-its bytes have left (Communicator.send), so a receive posted before the matching
-send, or two ranks sending to each other, cannot wait for each other.
+Every message is two: a header (its tag, its size and its synchronous-send
+number, three int64) and its bytes. A receive takes the first message from its
+source (ANY: any source) whose tag matches (ANY: any), in the order sent, into a
+buffer at least its size; the messages it passes over wait, in order, for the
+receives that match them.
+
+Receives posted ahead (``post``) are made at their wait, whatever order they are
+waited in, into the messages MPI's matching gives them: each posted receive, in
+posting order, takes the first message that fits it and that no receive posted
+before it takes; a blocking receive or probe passes over those. Messages from
+different sources are ordered by when this rank set them aside (their arrival,
+as far as a receive from any source can tell). A wait that concerns one named
+source reads that source's stream; a wait that concerns any source (a receive or
+probe from any source, or a receive posted from any source before it) polls every
+source (``Communicator.arrived``, which never waits), sleeping 20 us up to 1 ms
+between rounds, until NEURON_MPI_TIMEOUT.
+
+A send returns once its bytes have left (Communicator.send), so a receive posted
+before the matching send, or two ranks sending to each other, cannot wait for
+each other. A synchronous send (MPI_Ssend/Issend) is numbered; the receive that
+takes it sends back an acknowledgement (a header with tag ``_ACK`` and no bytes),
+which the sender sets aside, never matched by a receive.
 """
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
 from .errors import CollectiveTimeoutError, InvalidArgumentError
 
 ANY = -1
+_ACK = -2  # an acknowledgement of a synchronous send (header: _ACK, 0, its number)
 TAG_UB = 2 ** 31 - 1  # (Open MPI's MPI_TAG_UB; the standard's least is 32767)
+_EMPTY = np.empty(0, np.uint8)
 
 
 def deadline():
     """When a receive or probe from any source gives up: NEURON_MPI_TIMEOUT from
     now (time.monotonic()), or None for none."""
-    import time
-
     from . import env
 
     seconds = env.timeout_seconds()
@@ -41,219 +54,354 @@ def send_tag(tag, name="tag") -> int:
     return int(tag)
 
 
+class _Message:
+    """A message set aside: its arrival number, source, tag, bytes and
+    synchronous-send number (0: an ordinary send)."""
+    __slots__ = ("seq", "src", "tag", "data", "sync")
+
+    def __init__(self, seq, src, tag, data, sync):
+        self.seq, self.src, self.tag, self.data, self.sync = seq, src, tag, data, sync
+
+
+class Posted:
+    """A receive posted ahead (``Tagged.post``). Calling it makes the receive (once)
+    and returns (source, tag, size), or raises its error (again at every call)."""
+
+    def __init__(self, tagged, out, src, tag):
+        self.src, self.tag, self.out = src, tag, out
+        self._t = tagged
+        self._got = None  # ((source, tag, size), error) once made
+        self.cancelled = False
+
+    def __call__(self) -> tuple:
+        if self._got is None:
+            try:
+                self._got = (self._t._make(self), None)
+            except BaseException as e:  # (MPI_ERR_TRUNCATE, a timeout: the receive is over)
+                self._t._drop(self)
+                self._got = (None, e)
+        value, err = self._got
+        if err is not None:
+            raise err
+        return value
+
+    def __repr__(self):
+        src = "any" if self.src == ANY else self.src
+        return f"<posted receive from {src}, tag {'any' if self.tag == ANY else self.tag}>"
+
+
+class _Poll:
+    """The rounds of a wait that polls every source: a sleep between rounds that
+    finds nothing new (20 us doubling to 1 ms), CollectiveTimeoutError past the
+    deadline."""
+
+    def __init__(self, end, what):
+        self.end, self.what, self.pause = end, what, 20e-6
+
+    def idle(self, size):
+        if self.end is not None and time.monotonic() >= self.end:
+            raise CollectiveTimeoutError(
+                f"{self.what}: no message came from any of the {size} ranks in time")
+        time.sleep(self.pause)
+        self.pause = min(self.pause * 2, 1e-3)
+
+
 class Tagged:
     """The tagged messages of one Communicator (a front-end's communicator)."""
 
     def __init__(self, comm):
         self.comm = comm
-        self._posted: dict = {}  # source -> receives posted, not yet made
-        self._early: dict = {}  # source -> [(tag, bytes)]: messages before their receive
-        self._last_any = -1  # the source a receive from any source served last
+        self._posted: list = []  # receives posted, not yet made, in posting order
+        self._early: dict = {}  # source -> [_Message]: set aside, in the order sent
+        self._seq = 0  # arrival numbers of the messages set aside
+        self._last_any = -1  # the source a poll of every source started after last
+        self._synced: dict = {}  # destination -> synchronous sends numbered so far
+        self._acks: dict = {}  # source -> numbers of our synchronous sends it took
+        self._unacked = 0  # synchronous sends set aside, not yet acknowledged
 
-    def send(self, data: np.ndarray, dst: int, tag: int) -> None:
-        """``data``: bytes (uint8, contiguous)."""
-        self.comm.send(np.array([tag, data.nbytes], np.int64), dst)
+    # --- sends ------------------------------------------------------------------------
+    def send(self, data: np.ndarray, dst: int, tag: int, sync: bool = False) -> int:
+        """``data``: bytes (uint8, contiguous). ``sync``: a synchronous send, whose
+        number is returned (``acked``/``wait_acked`` say when a receive took it);
+        else 0."""
+        number = 0
+        if sync:
+            number = self._synced[dst] = self._synced.get(dst, 0) + 1
+        self.comm.send(np.array([tag, data.nbytes, number], np.int64), dst)
         self.comm.send(data, dst)
+        return number
 
+    def acked(self, dst: int, number: int) -> bool:
+        """Whether a receive at ``dst`` has taken our synchronous send ``number``.
+        Never waits."""
+        self._pull(dst)
+        return number in self._acks.get(dst, ())
+
+    def wait_acked(self, dst: int, number: int) -> None:
+        """Wait until a receive at ``dst`` takes our synchronous send ``number``."""
+        while number not in self._acks.get(dst, ()):
+            self._read(dst)
+
+    # --- receives ---------------------------------------------------------------------
     def recv(self, out: np.ndarray, src: int, tag: int) -> tuple:
         """Receive into ``out`` (bytes) the first message from ``src`` whose tag
         matches ``tag`` (ANY: any) and that no receive posted before it takes;
         (its tag, its size). Waits for that message only: a posted receive whose
         message has not come does not hold it up."""
-        if not self._posted.get(src):
+        if not self._posted:
             return self._match(src, tag, out)
-        early = self._early.setdefault(src, [])
-        while True:
-            k = self._free(src, tag)
-            if k is not None:
-                t, data = early.pop(k)
-                return _deliver(out, t, data, src)
-            early.append(self._next(src))
+        m = self._wait(lambda: self._free(src, tag), src, f"recv from {src}")
+        return self._deliver(out, m)[1:]
 
     def recv_any(self, out: np.ndarray, tag: int, deadline=None) -> tuple:
         """Receive from any source (MPI.ANY_SOURCE): the first message that has
         arrived, from any rank (this rank's own too), whose tag matches and that
-        no posted receive takes; (its source, its tag, its size). Polls the
-        sources (``Communicator.arrived``), sleeping between rounds (20 us up to
-        1 ms); CollectiveTimeoutError past ``deadline`` (time.monotonic())."""
-        src, _ = self._wait_any(tag, deadline, "recv")
-        t, data = self._early[src].pop(self._free(src, tag))
-        return (src,) + _deliver(out, t, data, src)
-
-    def probe_any(self, tag: int, deadline=None) -> tuple:
-        """Wait for a message from any source with ``tag``, left to its receive;
-        (its source, its tag, its size)."""
-        src, (t, data) = self._wait_any(tag, deadline, "probe")
-        return src, t, data.nbytes
-
-    def iprobe_any(self, tag: int):
-        """(source, tag, size) of a message from any source that has arrived with
-        ``tag``, left to its receive, or None. Never waits."""
-        for src in self._sources():
-            got = self.iprobe(src, tag)
-            if got is not None:
-                return (src,) + got
-        return None
-
-    def _wait_any(self, tag, deadline, what) -> tuple:
-        import time
-
-        pause = 20e-6
-        while True:
-            for src in self._sources():
-                self._pull(src)
-                k = self._free(src, tag)
-                if k is not None:
-                    return src, self._early[src][k]
-            if deadline is not None and time.monotonic() >= deadline:
-                raise CollectiveTimeoutError(
-                    f"{what} from any source (tag {'any' if tag == ANY else tag}): no "
-                    f"message came from any of the {self.comm.size} ranks in time")
-            time.sleep(pause)
-            pause = min(pause * 2, 1e-3)
-
-    def _sources(self):
-        """Every source, starting after the one served last (so that one busy
-        sender does not hide the others)."""
-        n = self.comm.size
-        first = self._last_any + 1
-        for k in range(n):
-            src = (first + k) % n
-            self._last_any = src
-            yield src
-
-    def post(self, out: np.ndarray, src: int, tag: int):
-        """A receive made later: returns ``make()``, which makes it (once) and
-        returns (tag, size), or raises its error (again at every call). Its
-        message is the one MPI's matching gives it: the receives posted before it
-        from ``src`` take theirs first, but it does not wait for theirs."""
-        posted = self._posted.setdefault(src, [])
-        got: list = []
-
-        def make():
-            if not got:
-                try:
-                    got.append((self._take(src, make, out), None))
-                except BaseException as e:  # (MPI_ERR_TRUNCATE, a timeout: the receive is over)
-                    if make in posted:
-                        posted.remove(make)
-                    got.append((None, e))
-            value, err = got[0]
-            if err is not None:
-                raise err
-            return value
-
-        make.tag = tag
-        posted.append(make)
-        return make
-
-    def _take(self, src, make, out) -> tuple:
-        """Make the posted receive ``make``: the message its claim gives it, set
-        aside or still to come (messages for other receives are set aside)."""
-        posted = self._posted[src]
-        early = self._early.setdefault(src, [])
-        while True:
-            k = self._claims(src, posted)[posted.index(make)]
-            if k is not None:
-                posted.remove(make)
-                t, data = early.pop(k)
-                return _deliver(out, t, data, src)
-            if posted[0] is make:  # (first posted, nothing set aside for it: the next
-                posted.pop(0)  # matching message is its own, straight into out)
-                return self._match(src, make.tag, out)
-            early.append(self._next(src))
-
-    def ready(self, src: int, make) -> bool:
-        """Whether the posted receive ``make`` (from ``post``) can be made now
-        without waiting: it was made already, or the message MPI's matching gives
-        it has arrived (MPI_Test of a receive request). Never waits."""
-        posted = self._posted.get(src) or []
-        if make not in posted:
-            return True
-        self._pull(src)
-        return self._claims(src, posted)[posted.index(make)] is not None
+        no posted receive takes; (its source, its tag, its size).
+        CollectiveTimeoutError past ``deadline`` (time.monotonic())."""
+        m = self._wait(lambda: self._free(ANY, tag), ANY, _any_what("recv", tag), deadline)
+        return self._deliver(out, m)
 
     def probe(self, src: int, tag: int) -> tuple:
         """Wait for a message from ``src`` with ``tag`` that no posted receive
         takes; (its tag, its size), left to its receive."""
-        early = self._early.setdefault(src, [])
-        while True:
-            k = self._free(src, tag)
-            if k is not None:
-                return early[k][0], early[k][1].nbytes
-            early.append(self._next(src))
+        m = self._wait(lambda: self._free(src, tag), src, f"probe from {src}")
+        return m.tag, m.data.nbytes
+
+    def probe_any(self, tag: int, deadline=None) -> tuple:
+        """Wait for a message from any source with ``tag``, left to its receive;
+        (its source, its tag, its size)."""
+        m = self._wait(lambda: self._free(ANY, tag), ANY, _any_what("probe", tag), deadline)
+        return m.src, m.tag, m.data.nbytes
 
     def iprobe(self, src: int, tag: int):
         """(its tag, its size) of a message from ``src`` with ``tag`` that has
         arrived, left to its receive, or None (MPI_Iprobe). Never waits; messages
         that posted receives will take are passed over, as for ``probe``."""
-        self._pull(src)
-        k = self._free(src, tag)
-        if k is None:
+        self._pull_for(src)
+        m = self._free(src, tag)
+        return None if m is None else (m.tag, m.data.nbytes)
+
+    def iprobe_any(self, tag: int):
+        """(source, tag, size) of a message from any source that has arrived with
+        ``tag``, left to its receive, or None. Never waits."""
+        self._pull_all()
+        m = self._free(ANY, tag)
+        return None if m is None else (m.src, m.tag, m.data.nbytes)
+
+    def post(self, out: np.ndarray, src: int, tag: int) -> Posted:
+        """A receive from ``src`` (ANY: any source) made later: its message is the
+        one MPI's matching gives it. The receives posted before it take theirs
+        first, but it does not wait for theirs."""
+        r = Posted(self, out, src, tag)
+        self._posted.append(r)
+        if self._unacked:
+            self._ack_claimed()
+        return r
+
+    def ready(self, r: Posted) -> bool:
+        """Whether the posted receive ``r`` can be made now without waiting: it was
+        made (or cancelled) already, or the message MPI's matching gives it has
+        arrived (MPI_Test of a receive request). Never waits."""
+        if r not in self._posted:
+            return True
+        self._pull_for(r.src)
+        return self._claims()[0][r] is not None
+
+    def cancel(self, r: Posted) -> bool:
+        """Cancel the posted receive ``r`` if no message has matched it yet
+        (MPI_Cancel): True if it is cancelled (it will take nothing), False if it
+        was made or has its message (it completes as usual)."""
+        if not self.ready(r):
+            self._posted.remove(r)
+            r.cancelled = True
+            return True
+        return False
+
+    # --- matching ---------------------------------------------------------------------
+    def _make(self, r: Posted) -> tuple:
+        """Make the posted receive ``r``: the message its claim gives it, set aside
+        or still to come (messages for other receives are set aside)."""
+        if r.cancelled:
+            raise InvalidArgumentError("request: this receive was cancelled (MPI_Cancel)")
+        what = f"recv from {'any source' if r.src == ANY else r.src}"
+        m = self._wait(lambda: self._claims()[0][r] or self._first_posted(r), r.src, what)
+        self._posted.remove(r)
+        if m is True:  # (first posted that can take src's messages, and none set aside
+            return (r.src,) + self._match(r.src, r.tag, r.out)  # fits: straight into out)
+        return self._deliver(r.out, m)
+
+    def _first_posted(self, r: Posted):
+        """True when ``r`` is from a named source and no receive posted before it
+        could take a message from that source (its next matching message is its
+        own); else None."""
+        if r.src == ANY:
             return None
-        t, data = self._early[src][k]
-        return t, data.nbytes
+        for p in self._posted:
+            if p is r:
+                return True
+            if p.src in (r.src, ANY):
+                return None
+        return None
 
-    def _pull(self, src) -> None:
-        """Set aside every message from ``src`` that has arrived (its header and the
-        first piece of its bytes), without waiting for one that has not."""
-        early = self._early.setdefault(src, [])
-        while self.comm.arrived(src, 2):
-            early.append(self._next(src))
+    def _drop(self, r: Posted) -> None:
+        if r in self._posted:
+            self._posted.remove(r)
 
-    def _claims(self, src, receives) -> list:
-        """Match ``receives`` (posted, in posting order) against the messages set
-        aside from ``src`` as MPI does, each taking the first that matches its tag
-        and that no receive before it took: the index each takes (None: it waits
-        for a later message)."""
-        early = self._early.get(src, ())
-        taken: list = []
-        for m in receives:
-            taken.append(next((i for i, (t, _) in enumerate(early)
-                               if i not in taken and (m.tag == ANY or t == m.tag)), None))
-        return taken
+    def _candidates(self, src) -> list:
+        """The messages set aside from ``src`` (ANY: from every source, in arrival
+        order)."""
+        if src != ANY:
+            return self._early.get(src, ())
+        if len(self._early) == 1:
+            return next(iter(self._early.values()))
+        return sorted((m for ms in self._early.values() for m in ms), key=lambda m: m.seq)
+
+    def _claims(self) -> tuple:
+        """Match the posted receives (in posting order) against the messages set
+        aside as MPI does, each taking the first that fits and that no receive
+        before it took: ({receive: its message or None}, the messages taken)."""
+        claims, taken = {}, set()
+        for r in self._posted:
+            m = next((m for m in self._candidates(r.src)
+                      if m not in taken and (r.tag == ANY or m.tag == r.tag)), None)
+            if m is not None:
+                taken.add(m)
+            claims[r] = m
+        return claims, taken
 
     def _free(self, src, tag):
-        """The index of the first message set aside from ``src`` whose tag matches
-        ``tag`` and that no posted receive takes, or None."""
-        taken = self._claims(src, self._posted.get(src) or ())
-        return next((i for i, (t, _) in enumerate(self._early.get(src, ()))
-                     if i not in taken and (tag == ANY or t == tag)), None)
+        """The first message set aside from ``src`` (ANY: any source) whose tag
+        matches ``tag`` and that no posted receive takes, or None."""
+        taken = self._claims()[1] if self._posted else ()
+        return next((m for m in self._candidates(src)
+                     if m not in taken and (tag == ANY or m.tag == tag)), None)
 
-    def _next(self, src) -> tuple:
-        hdr = np.empty(2, np.int64)
+    def _deliver(self, out: np.ndarray, m: _Message) -> tuple:
+        """The message ``m``, set aside, into ``out`` (bytes); (source, tag, size).
+        A synchronous send is acknowledged (it is matched, even when too long)."""
+        self._early[m.src].remove(m)
+        self._ack(m)
+        _fits(m.data.nbytes, out, m.src, m.tag)
+        out[:m.data.nbytes] = m.data
+        return m.src, m.tag, m.data.nbytes
+
+    def _ack(self, m: _Message) -> None:
+        """Acknowledge ``m`` if it is a synchronous send not yet acknowledged."""
+        if m.sync:
+            _send_ack(self.comm, m.src, m.sync)
+            m.sync = 0
+            self._unacked -= 1
+
+    def _ack_claimed(self) -> None:
+        """Acknowledge the synchronous sends that posted receives have matched (MPI
+        completes an Ssend once its receive is posted and matched, before that
+        receive's Wait)."""
+        for m in self._claims()[1]:
+            self._ack(m)
+
+    # --- reading the streams ----------------------------------------------------------
+    def _wait(self, find, src, what, end=False):
+        """``find()`` once it gives something, reading more messages meanwhile: from
+        ``src`` alone (a blocking read) when it is a named source and no receive
+        from any source is posted, else from every source (polling; ``end``: the
+        deadline, False for NEURON_MPI_TIMEOUT from now)."""
+        poll = None
+        while True:
+            got = find()
+            if got is not None:
+                return got
+            if src != ANY and not any(p.src == ANY for p in self._posted):
+                self._read(src)
+                continue
+            if poll is None:
+                poll = _Poll(deadline() if end is False else end, what)
+            if not self._pull_all():
+                poll.idle(self.comm.size)
+
+    def _read(self, src) -> bool:
+        """Read the next message from ``src`` (waiting for it): set it aside, or
+        note the acknowledgement it is; whether it was a message."""
+        hdr = np.empty(3, np.int64)
         self.comm.recv(hdr, src)
-        data = np.empty(int(hdr[1]), np.uint8)
+        tag, n, number = (int(v) for v in hdr)
+        data = np.empty(n, np.uint8)
         self.comm.recv(data, src)
-        return int(hdr[0]), data
+        return self._keep(src, tag, data, number)
+
+    def _keep(self, src, tag, data, number) -> bool:
+        if tag == _ACK:
+            self._acks.setdefault(src, set()).add(number)
+            return False
+        self._seq += 1
+        self._early.setdefault(src, []).append(_Message(self._seq, src, tag, data, number))
+        if number:
+            self._unacked += 1
+            if self._posted:
+                self._ack_claimed()
+        return True
+
+    def _pull(self, src) -> bool:
+        """Set aside every message from ``src`` that has arrived (its header and the
+        first piece of its bytes), without waiting for one that has not; whether
+        anything came."""
+        came = False
+        while self.comm.arrived(src, 2):
+            self._read(src)
+            came = True
+        return came
+
+    def _pull_all(self) -> bool:
+        """``_pull`` every source, starting after the one a round started after last
+        (so that one busy sender does not always come first)."""
+        n = self.comm.size
+        first = self._last_any = (self._last_any + 1) % n
+        came = False
+        for k in range(n):
+            came = self._pull((first + k) % n) or came
+        return came
+
+    def _pull_for(self, src) -> None:
+        """Pull what a receive from ``src`` may depend on: every source when it is
+        ANY or a receive from any source is posted, else ``src``."""
+        if src == ANY or any(p.src == ANY for p in self._posted):
+            self._pull_all()
+        else:
+            self._pull(src)
 
     def _match(self, src, tag, out) -> tuple:
         """The first posted receive's (or a blocking receive's, when none is
-        posted) message: the first set aside that matches, else the next to come."""
+        posted) message: the first set aside that matches, else the next to come,
+        read straight into ``out`` when it fits; (tag, size)."""
         early = self._early.get(src)
-        for k, (t, data) in enumerate(early or ()):
-            if tag == ANY or t == tag:
-                del early[k]
-                return _deliver(out, t, data, src)
-        hdr = np.empty(2, np.int64)
+        for m in early or ():
+            if tag == ANY or m.tag == tag:
+                return self._deliver(out, m)[1:]
+        hdr = np.empty(3, np.int64)
         while True:
             self.comm.recv(hdr, src)
-            t, n = int(hdr[0]), int(hdr[1])
-            if (tag == ANY or t == tag) and n <= out.nbytes:
+            t, n, number = (int(v) for v in hdr)
+            if t != _ACK and (tag == ANY or t == tag) and n <= out.nbytes:
                 self.comm.recv(out[:n], src)
+                if number:
+                    _send_ack(self.comm, src, number)
                 return t, n
             data = np.empty(n, np.uint8)
             self.comm.recv(data, src)
-            if tag == ANY or t == tag:
-                return _deliver(out, t, data, src)  # (too long: refused)
-            self._early.setdefault(src, []).append((t, data))
+            if self._keep(src, t, data, number) and (tag == ANY or t == tag):
+                return self._deliver(out, self._early[src][-1])[1:]  # (too long: refused)
 
 
-def _deliver(out: np.ndarray, tag: int, data: np.ndarray, src) -> tuple:
-    """A message held aside, into ``out`` (bytes); (its tag, its size)."""
-    if data.nbytes > out.nbytes:
+def _send_ack(comm, src, number) -> None:
+    comm.send(np.array([_ACK, 0, number], np.int64), src)
+    comm.send(_EMPTY, src)
+
+
+def _fits(n: int, out: np.ndarray, src, tag) -> None:
+    if n > out.nbytes:
         raise InvalidArgumentError(
-            f"buf: the message from rank {src} (tag {tag}) has {data.nbytes} bytes, more "
-            f"than the {out.nbytes} of the receive buffer (MPI_ERR_TRUNCATE)")
-    out[:data.nbytes] = data
-    return tag, data.nbytes
+            f"buf: the message from rank {src} (tag {tag}) has {n} bytes, more than the "
+            f"{out.nbytes} of the receive buffer (MPI_ERR_TRUNCATE)")
+
+
+def _any_what(what, tag) -> str:
+    return f"{what} from any source (tag {'any' if tag == ANY else tag})"

@@ -12,17 +12,18 @@ from neuron_mpi.tagged import ANY, Tagged, send_tag
 
 
 class Wire:
-    """Two ranks' ordered channels, one per (receiver, sender): send copies, recv
+    """``n`` ranks' ordered channels, one per (receiver, sender): send copies, recv
     takes the next message whole (exactly its size, as Communicator.recv)."""
 
-    def __init__(self):
-        self.q = {(d, s): deque() for d in (0, 1) for s in (0, 1)}
+    def __init__(self, n=2):
+        self.n = n
+        self.q = {(d, s): deque() for d in range(n) for s in range(n)}
 
     def end(self, me):
         wire = self
 
         class End:
-            size = 2
+            size = wire.n
 
             def send(self, x, dst):
                 wire.q[(dst, me)].append(np.array(x, copy=True).view(np.uint8).reshape(-1))
@@ -80,7 +81,7 @@ def test_posted_receives_match_in_posting_order():
     my = b.post(y.view(np.uint8), 0, ANY)
     for v in (1.0, 2.0, 3.0):
         a.send(_b(v), 1, 0)
-    assert my() == (0, 8) and mx() == (0, 8) and my() == (0, 8)  # (made once)
+    assert my() == (0, 0, 8) and mx() == (0, 0, 8) and my() == (0, 0, 8)  # (made once)
     assert (x[0], y[0]) == (1.0, 2.0)
     b.recv(z.view(np.uint8), 0, ANY)
     assert z[0] == 3.0
@@ -90,7 +91,7 @@ def test_posted_receives_match_in_posting_order():
     w = np.zeros(1)
     b.recv(w.view(np.uint8), 0, ANY)  # (passes over the message the posted one takes)
     assert (z[0], w[0]) == (3.0, 6.0)  # (z is written when its receive is made)
-    assert mz() == (5, 8) and z[0] == 8.0
+    assert mz() == (0, 5, 8) and z[0] == 8.0
 
 
 def test_a_blocking_receive_does_not_wait_for_a_posted_receives_message():
@@ -106,7 +107,7 @@ def test_a_blocking_receive_does_not_wait_for_a_posted_receives_message():
     a.send(_b(5.0), 1, 5)
     a.send(_b(5.5), 1, 5)
     assert b.probe(0, 5) == (5, 8)  # (the second: the posted receive takes the first)
-    assert mx() == (5, 8) and x[0] == 5.0
+    assert mx() == (0, 5, 8) and x[0] == 5.0
     assert b.recv(y.view(np.uint8), 0, 5) == (5, 8) and y[0] == 5.5
 
 
@@ -127,20 +128,20 @@ def test_a_posted_receive_is_ready_once_its_messages_are_here_and_iprobe_waits_f
     x, y = np.zeros(1), np.zeros(1)
     mx = b.post(x.view(np.uint8), 0, 5)
     my = b.post(y.view(np.uint8), 0, ANY)
-    assert not b.ready(0, mx) and not b.ready(0, my) and b.iprobe(0, ANY) is None
+    assert not b.ready(mx) and not b.ready(my) and b.iprobe(0, ANY) is None
     a.send(_b(7.0), 1, 7)
     # (my takes it: mx, posted first, waits for tag 5)
-    assert not b.ready(0, mx) and b.ready(0, my) and b.iprobe(0, 7) is None
-    w.q[(1, 0)].append(np.array([5, 8], np.int64).view(np.uint8))  # a header alone
-    assert not b.ready(0, mx)
+    assert not b.ready(mx) and b.ready(my) and b.iprobe(0, 7) is None
+    w.q[(1, 0)].append(np.array([5, 8, 0], np.int64).view(np.uint8))  # a header alone
+    assert not b.ready(mx)
     w.q[(1, 0)].append(_b(5.0))  # and its bytes
-    assert b.ready(0, mx) and b.ready(0, my) and b.iprobe(0, ANY) is None
+    assert b.ready(mx) and b.ready(my) and b.iprobe(0, ANY) is None
     a.send(_b(9.0, 9.5), 1, 9)
     assert b.iprobe(0, 9) == (9, 16) and b.iprobe(0, ANY) == (9, 16)
     assert b.iprobe(0, 5) is None
-    assert my() == (7, 8) and (x[0], y[0]) == (0.0, 7.0)  # (mx not made by it)
-    assert mx() == (5, 8) and x[0] == 5.0
-    assert b.ready(0, mx) and b.ready(0, my)  # (made)
+    assert my() == (0, 7, 8) and (x[0], y[0]) == (0.0, 7.0)  # (mx not made by it)
+    assert mx() == (0, 5, 8) and x[0] == 5.0
+    assert b.ready(mx) and b.ready(my)  # (made)
     out = np.zeros(2)
     assert b.recv(out.view(np.uint8), 0, ANY) == (9, 16) and out.tolist() == [9.0, 9.5]
     assert b.iprobe(0, ANY) is None
@@ -165,7 +166,7 @@ def test_receive_and_probe_from_any_source():
     y = np.zeros(1)
     got = sorted([b.recv_any(y.view(np.uint8), ANY)[:2] + (y[0],) for _ in range(2)])
     assert got == [(0, 5, 5.0), (1, 4, 4.0)]
-    assert mx() == (3, 8) and x[0] == 3.0
+    assert mx() == (0, 3, 8) and x[0] == 3.0
 
 
 def test_a_posted_receive_does_not_wait_for_an_earlier_ones_message():
@@ -177,8 +178,8 @@ def test_a_posted_receive_does_not_wait_for_an_earlier_ones_message():
     q1 = b.post(small.view(np.uint8), 0, 1)
     q2 = b.post(big.view(np.uint8), 0, 2)
     a.send(np.array([2, 2], np.int32).view(np.uint8), 1, 2)
-    assert b.ready(0, q2) and not b.ready(0, q1)
-    assert q2() == (2, 8) and big.tolist() == [2, 2, 0, 0]
+    assert b.ready(q2) and not b.ready(q1)
+    assert q2() == (0, 2, 8) and big.tolist() == [2, 2, 0, 0]
     a.send(np.array([1, 1], np.int32).view(np.uint8), 1, 1)  # too long for q1
     a.send(np.array([3], np.int32).view(np.uint8), 1, 3)
     for _ in range(2):
@@ -186,3 +187,115 @@ def test_a_posted_receive_does_not_wait_for_an_earlier_ones_message():
             q1()
     out = np.zeros(1, np.int32)
     assert b.recv(out.view(np.uint8), 0, ANY) == (3, 4) and out[0] == 3
+
+
+def _ranks(n):
+    w = Wire(n)
+    return [Tagged(w.end(k)) for k in range(n)]
+
+
+def test_a_receive_posted_from_any_source_matches_in_posting_order():
+    """As MPI: receives posted from any source and from named ones take messages
+    in posting order, each the first to have arrived that fits it; a later named
+    receive is not held up by an earlier any-source one that has its message."""
+    a, b, c = _ranks(3)
+    x, y, z = np.zeros(1), np.zeros(1), np.zeros(1)
+    rx = c.post(x.view(np.uint8), ANY, ANY)
+    ry = c.post(y.view(np.uint8), 0, ANY)
+    assert not c.ready(rx) and not c.ready(ry)
+    b.send(_b(2.0), 2, 5)  # (arrives first: rx's, though ry was posted from 0 only)
+    assert c.ready(rx) and not c.ready(ry)
+    a.send(_b(1.0), 2, 6)
+    assert c.ready(ry)
+    assert ry() == (0, 6, 8) and y[0] == 1.0
+    assert rx() == (1, 5, 8) and x[0] == 2.0
+    # with messages from one source only, the earlier posted takes the first
+    rx = c.post(x.view(np.uint8), ANY, ANY)
+    ry = c.post(y.view(np.uint8), 0, ANY)
+    a.send(_b(3.0), 2, 1)
+    a.send(_b(4.0), 2, 1)
+    assert ry() == (0, 1, 8) and y[0] == 4.0
+    assert rx() == (0, 1, 8) and x[0] == 3.0
+    # by tag: the any-source receive for tag 9 passes over tag 8, which a blocking
+    # receive from any source then takes
+    rz = c.post(z.view(np.uint8), ANY, 9)
+    a.send(_b(8.0), 2, 8)
+    c.send(_b(9.0), 2, 9)  # (its own)
+    w = np.zeros(1)
+    assert c.recv_any(w.view(np.uint8), ANY) == (0, 8, 8) and w[0] == 8.0
+    assert c.iprobe_any(ANY) is None  # (the tag 9 message is rz's)
+    assert rz() == (2, 9, 8) and z[0] == 9.0
+
+
+def test_a_named_receive_passes_over_what_an_earlier_any_source_receive_takes():
+    a, b, c = _ranks(3)
+    x, y = np.zeros(1), np.zeros(1)
+    rx = c.post(x.view(np.uint8), ANY, 4)
+    a.send(_b(4.0), 2, 4)
+    a.send(_b(5.0), 2, 4)
+    assert c.probe(0, 4) == (4, 8)
+    assert c.recv(y.view(np.uint8), 0, 4) == (4, 8) and y[0] == 5.0
+    assert rx() == (0, 4, 8) and x[0] == 4.0
+
+
+def test_an_any_source_receive_that_nothing_reaches_times_out(monkeypatch):
+    monkeypatch.setenv("NEURON_MPI_TIMEOUT", "0.05")
+    a, b, c = _ranks(3)
+    r = c.post(np.zeros(1).view(np.uint8), ANY, ANY)
+    with pytest.raises(TimeoutError, match="recv from any source"):
+        r()
+    with pytest.raises(TimeoutError):  # (its error, again)
+        r()
+    a.send(_b(1.0), 2, 0)  # (the stream goes on: the next receive takes it)
+    out = np.zeros(1)
+    assert c.recv_any(out.view(np.uint8), ANY) == (0, 0, 8) and out[0] == 1.0
+
+
+def test_cancel_a_posted_receive_before_its_message_only():
+    """MPI_Cancel: a posted receive no message has matched is cancelled and takes
+    nothing; one whose message is here is not (it completes as usual)."""
+    a, b = _pair()
+    x, y = np.zeros(1), np.zeros(1)
+    rx = b.post(x.view(np.uint8), ANY, ANY)
+    ry = b.post(y.view(np.uint8), 0, 3)
+    assert b.cancel(rx) and b.ready(rx)
+    a.send(_b(3.0), 1, 3)
+    assert not b.cancel(ry)
+    assert ry() == (0, 3, 8) and (x[0], y[0]) == (0.0, 3.0)
+    with pytest.raises(InvalidArgumentError, match="cancelled"):
+        rx()
+
+
+def test_a_synchronous_send_is_done_once_a_receive_takes_it():
+    """MPI_Ssend/Issend: acknowledged by the receive that takes the message (a
+    blocking one, or a posted one once matched, before its wait; also when too
+    long for it), not by a probe; the acknowledgements are never matched as
+    messages."""
+    a, b = _pair()
+    n1 = a.send(_b(1.0), 1, 7, sync=True)
+    n2 = a.send(_b(2.0), 1, 8, sync=True)
+    assert n1 != n2 and a.send(_b(0.0), 1, 9) == 0
+    assert not a.acked(1, n1)
+    assert b.probe(0, 7) == (7, 8) and b.iprobe(0, 8) == (8, 8)
+    assert not a.acked(1, n1) and not a.acked(1, n2)
+    out = np.zeros(1)
+    assert b.recv(out.view(np.uint8), 0, 8) == (8, 8)  # (out of order)
+    assert a.acked(1, n2) and not a.acked(1, n1)
+    r = b.post(np.zeros(0).view(np.uint8), 0, 7)  # (matched when posted, before its
+    a.wait_acked(1, n1)  # wait, as MPI: the send is done; too long for it, though)
+    with pytest.raises(InvalidArgumentError, match="MPI_ERR_TRUNCATE"):
+        r()
+    # a receive posted first matches the synchronous send when it arrives
+    r = b.post(out.view(np.uint8), 0, 11)
+    n5 = a.send(_b(1.5), 1, 11, sync=True)
+    assert not a.acked(1, n5) and b.ready(r) and a.acked(1, n5)
+    assert r() == (0, 11, 8) and out[0] == 1.5
+    assert b.recv(out.view(np.uint8), 0, ANY) == (9, 8) and out[0] == 0.0
+    assert a.iprobe(1, ANY) is None and a.iprobe_any(ANY) is None
+    # to itself, as upstream mpi4py's testProbe
+    n3 = a.send(_b(5.0), 0, 123, sync=True)
+    assert a.probe_any(ANY) == (0, 123, 8) and not a.acked(0, n3)
+    assert a.recv(out.view(np.uint8), 0, 123) == (123, 8) and a.acked(0, n3)
+    # a message straight into its receive's buffer (no receive posted) is acknowledged too
+    n4 = b.send(_b(6.0), 0, 1, sync=True)
+    assert a.recv(out.view(np.uint8), 1, 1) == (1, 8) and b.acked(0, n4)

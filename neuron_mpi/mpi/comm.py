@@ -56,17 +56,6 @@ def _agreed(fn):
     return wrapper
 
 
-def _named(source):
-    """A posted receive's source: a rank or MPI.PROC_NULL (a receive posted from
-    MPI.ANY_SOURCE is not emulated)."""
-    if source == _MPI.ANY_SOURCE:
-        raise NotImplementedError(
-            "source: Irecv/Recv_init from MPI.ANY_SOURCE are not emulated (a posted "
-            "receive matches per source here): Recv, Probe or Iprobe from any source, "
-            "or post the receive from a named rank")
-    return source
-
-
 def _landing(buf, name) -> np.ndarray:
     """A receive's buffer as bytes, checked writeable before anything is taken."""
     out = as_bytes(Msg(buf, name).elems())
@@ -242,8 +231,8 @@ class Comm:
         self._c.barrier()
 
     def Ibarrier(self) -> Request:
-        self.Barrier()
-        return done()
+        """In flight: done once every member has called Ibarrier (or Barrier)."""
+        return started(self._c.barrier(async_op=True))
 
     @_agreed
     def Bcast(self, buf, root=0) -> None:
@@ -566,7 +555,21 @@ class Comm:
             return
         self._t.send(as_bytes(Msg(buf, "buf").elems()), dest, tag)
 
-    Ssend = Bsend = Rsend = Send
+    Bsend = Rsend = Send
+
+    def Ssend(self, buf, dest, tag=0) -> None:
+        """A synchronous send: returns once a receive at ``dest`` has taken the
+        message (its bytes left at the call)."""
+        number = self._ssend(buf, dest, tag)
+        if number:
+            self._t.wait_acked(dest, number)
+
+    def _ssend(self, buf, dest, tag) -> int:
+        """Send synchronously (the message's number: nothing to wait for when 0)."""
+        tag = send_tag(tag)
+        if dest == _MPI.PROC_NULL:
+            return 0
+        return self._t.send(as_bytes(Msg(buf, "buf").elems()), dest, tag, sync=True)
 
     def Recv(self, buf, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG, status=None) -> None:
         if source == _MPI.PROC_NULL:
@@ -606,12 +609,29 @@ class Comm:
         self.Send(buf, dest, tag)
         return done()
 
-    Issend = Ibsend = Irsend = Isend
+    Ibsend = Irsend = Isend
+
+    def Issend(self, buf, dest, tag=0) -> Request:
+        """A synchronous send: its bytes leave at the call; the request is done once
+        a receive at ``dest`` has taken the message."""
+        req = Request._new()
+        req._run = self._synced(req, self._ssend(buf, dest, tag), dest)
+        return req
+
+    def _synced(self, req, number, dest):
+        """What completes ``req``, a synchronous send's request: waiting for the
+        acknowledgement of send ``number`` (None: nothing, a send to PROC_NULL)."""
+        if not number:
+            return None
+        req._poll = lambda: self._t.acked(dest, number)
+        req._detached = True  # (Free drops it without waiting for the receive)
+        return lambda: self._t.wait_acked(dest, number)
 
     def Irecv(self, buf, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG) -> Request:
         """The receive is made at Wait, or at a Test that finds its message here,
-        into the message its posting order matches: the receives posted before it
-        from the same source take theirs first, whatever order they are waited in."""
+        into the message MPI's matching gives it: the receives posted before it
+        (from its source or from any) take theirs first, whatever order they are
+        waited in; from MPI.ANY_SOURCE, the first to arrive from any rank."""
         return _request(self._posted(buf, source, tag))
 
     def Isendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=_MPI.ANY_SOURCE,
@@ -632,8 +652,9 @@ class Comm:
         """A receive's arguments, checked now; returns ``start(req)``, which posts
         it (in posting order) and returns what makes it at ``req``'s Wait (None:
         nothing to make, a receive from MPI.PROC_NULL)."""
-        source = _named(source)
         tag = _recv_tag(tag)
+        if source == _MPI.ANY_SOURCE:
+            source = ANY
         if source == _MPI.PROC_NULL:
             def start_null(req):
                 req._info = _NULL
@@ -641,11 +662,12 @@ class Comm:
         out = _landing(buf, name)
 
         def start(req):
-            make = self._t.post(out, source, tag)
+            r = self._t.post(out, source, tag)
 
             def run():
-                req._info = (source,) + make()
-            req._poll = lambda: self._t.ready(source, make)
+                req._info = r()
+            req._poll = lambda: self._t.ready(r)
+            req._cancel = lambda: self._t.cancel(r)
             return run
         return start
 
@@ -660,10 +682,23 @@ class Comm:
             self._t.send(as_bytes(m.elems()), dest, tag)
         return Prequest(start)
 
-    Ssend_init = Bsend_init = Rsend_init = Send_init
+    Bsend_init = Rsend_init = Send_init
+
+    def Ssend_init(self, buf, dest, tag=0) -> Prequest:
+        """A persistent synchronous send: each Start sends the buffer's bytes of
+        that moment; its Wait returns once a receive has taken them."""
+        tag = send_tag(tag)
+        m = Msg(buf, "buf") if dest != _MPI.PROC_NULL else None
+
+        def start(req):
+            if m is not None:
+                number = self._t.send(as_bytes(m.elems()), dest, tag, sync=True)
+                return self._synced(req, number, dest)
+        return Prequest(start)
 
     def Recv_init(self, buf, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG) -> Prequest:
-        """A persistent receive: each Start posts it (made at Wait/Test, as Irecv)."""
+        """A persistent receive: each Start posts it (made at Wait/Test, as Irecv;
+        from MPI.ANY_SOURCE too)."""
         return Prequest(self._posted(buf, source, tag))
 
     def Probe(self, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG, status=None) -> bool:

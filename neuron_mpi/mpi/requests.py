@@ -13,6 +13,7 @@ def set_status(status, source, tag, nbytes: int) -> None:
         status.Set_source(source)
         status.Set_tag(tag)
         status.Set_elements(_MPI.BYTE, nbytes)
+        status.Set_cancelled(False)
 
 
 def empty_status(status) -> None:
@@ -23,6 +24,7 @@ def empty_status(status) -> None:
         status.Set_tag(_MPI.ANY_TAG)
         status.Set_error(_MPI.SUCCESS)
         status.Set_elements(_MPI.BYTE, 0)
+        status.Set_cancelled(False)
 
 
 def _is_active(r) -> bool:
@@ -78,7 +80,8 @@ class Request:
     finishes them (raising their error; the -v forms place the result in
     ``recvbuf`` then). The other I-calls complete at the call (the Request is
     done); a receive is made at Wait, or at a Test that finds its message here
-    (Test never waits for one); a send has left at the call. The buffers
+    (Test never waits for one); a send has left at the call (a synchronous one,
+    Issend, is done once a receive has matched it). The buffers
     of a request in flight are the call's until it completes, as in MPI. A
     request is active from its call until a Wait or a Test completes it; then it
     is MPI.REQUEST_NULL (false), as is ``MPI.Request()``, and the Wait*/Test* of
@@ -90,6 +93,9 @@ class Request:
         self._handle = None  # a neuron_mpi Handle in flight (its wait() is ``_run``)
         self._info = None  # a receive's (source, tag, bytes), for its Status
         self._poll = None  # a receive not yet made: whether its message is here
+        self._cancel = None  # a posted receive: cancel it if nothing matched it yet
+        self._cancelled = False
+        self._detached = False  # Free drops ``_run`` (a synchronous send's wait)
         self._active = False
         self._null = True  # equal to MPI.REQUEST_NULL, false
 
@@ -132,7 +138,11 @@ class Request:
             run()
 
     def _status(self, status) -> None:
-        if self._info is not None:
+        if self._cancelled:
+            empty_status(status)
+            if status is not None:
+                status.Set_cancelled(True)
+        elif self._info is not None:
             set_status(status, *self._info)
         else:
             empty_status(status)
@@ -176,10 +186,26 @@ class Request:
 
     get_status = Get_status
 
+    def Cancel(self):
+        """MPI_Cancel: a posted receive that no message has matched yet is
+        cancelled (it takes nothing; its Wait or Test completes it at once, with
+        ``Status.Is_cancelled()`` True). Anything else is not: a send (its bytes
+        have left), a receive whose message is here, a collective; they complete
+        as usual."""
+        if self._active and self._run is not None and self._cancel is not None \
+                and self._cancel():
+            self._run = self._poll = None
+            self._cancelled = True
+
+    cancel = Cancel
+
     def Free(self):
         """Drop the request; one in flight or a receive not yet made completes
         first (as MPI lets the operation go on, its buffers the call's until
-        then; a receive dropped would leave its message to the next one)."""
+        then; a receive dropped would leave its message to the next one). A
+        synchronous send is dropped at once (its bytes have left)."""
+        if self._detached:
+            self._run = None
         self._finish()
         self._active = False
         self._null = True
@@ -358,7 +384,8 @@ class Prequest(Request):
             raise InvalidArgumentError(
                 "request: this persistent request is active (Start it again after "
                 "Wait or Test completes it)")
-        self._info = self._poll = None
+        self._info = self._poll = self._cancel = None
+        self._cancelled = self._detached = False
         self._run = self._start(self)
         self._active = True
 

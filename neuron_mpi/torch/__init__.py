@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from .. import env
 from ..errors import InvalidArgumentError, NeuronMPIError
-from ..tagged import Tagged, deadline, send_tag
+from ..tagged import ANY, Tagged, send_tag
 from .tensors import as_numpy, reduce_op
 from .work import InFlight, Later, done
 
@@ -387,29 +387,31 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
         def make():
             for a, b, m in zip(arrays, bufs, makes):
-                _landed(a, b, src, tag, m()[1])
+                _landed(a, b, src, tag, m()[2])
         last = makes[-1] if makes else None
         return Later(make, tensors,
-                     None if last is None else lambda: self._tagged.ready(src, last))
+                     None if last is None else lambda: self._tagged.ready(last))
 
     def recv_anysource(self, tensors, tag=0):
-        """recv/irecv with src=None: the first message with ``tag`` to have come
-        from any rank, made at the Work's wait (its ``_source_rank()`` names the
-        sender) by polling the sources (neuron_mpi.tagged.recv_any)."""
+        """recv/irecv with src=None: a receive from any rank, posted now (matched
+        in posting order with the other receives, neuron_mpi.tagged) and made at
+        the Work's wait (its ``_source_rank()`` names the sender), polling the
+        sources."""
         tag = send_tag(tag)
         if len(tensors) != 1:
             raise InvalidArgumentError(
                 f"tensors: a receive from any source takes one tensor, got {len(tensors)}")
         a = self._arrays_p2p(tensors, "tensor", True)[0]
         buf = a if a.flags.c_contiguous else np.empty(a.shape, a.dtype)
+        r = self._tagged.post(buf.reshape(-1).view(np.uint8), ANY, tag)
         work: list = []
 
         def make():
-            src, _, n = self._tagged.recv_any(buf.reshape(-1).view(np.uint8), tag, deadline())
+            src, _, n = r()
             _landed(a, buf, src, tag, n)
             work[0]._source = src
 
-        work.append(Later(make, tensors, lambda: self._tagged.iprobe_any(tag) is not None))
+        work.append(Later(make, tensors, lambda: self._tagged.ready(r)))
         return work[0]
 
     def _arrays_p2p(self, tensors, name, write):

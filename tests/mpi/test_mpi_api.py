@@ -135,6 +135,35 @@ def _late_rank0(comm, seconds=1.0):
         time.sleep(seconds)
 
 
+def test_async_barrier_is_done_once_every_member_has_called(comm):
+    """barrier(async_op=True) (MPI_Ibarrier) returns at once; its handle is not done
+    while rank 0 is late and is done once rank 0 has called; a call after it runs
+    as usual. (With the agreement over MPI, NEURON_MPI_TRANSPORT=mpi, an async call
+    returns once its agreement is over, as every async call there does.)"""
+    import time
+
+    n = comm.size
+    if n > SMALL_WORLD:
+        pytest.skip("rank 0 sleeps: ran at 1 to 8 ranks")
+    late = 1.0
+    on_board = comm._control.on_board  # (else the agreement over MPI waits at the call)
+    _late_rank0(comm, late)
+    t0 = time.monotonic()
+    h = comm.barrier(async_op=True)
+    took = time.monotonic() - t0
+    early = h.test()
+    h.wait()
+    waited = time.monotonic() - t0
+    assert h.test()
+    x, want = _sum_input(comm, "async-barrier", n + 2)
+    assert_same(comm.all_reduce(x), want, "all_reduce after an async barrier")
+    if n > 1 and comm.rank != 0:
+        assert waited > late / 2, f"wait() returned after {waited:.2f} s"
+        if on_board:
+            assert took < late / 2, f"barrier(async_op=True) took {took:.2f} s to return"
+            assert not early, "the barrier was done before rank 0 called it"
+
+
 def test_an_async_call_behind_one_in_flight_returns_at_once(comm):
     """A second async call on a communicator whose previous one is still waiting
     for its members does not wait for them either: its agreement is queued behind

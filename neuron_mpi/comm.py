@@ -1301,6 +1301,41 @@ class Communicator:
             return all(eng.has((self._id, 0, self._p2p_xid(src, n + k), 0))
                        for k in range(count))
 
+    def any_arrived(self, count=1, wait=False, timeout=None, first=0):
+        """A member whose next ``count`` messages have begun to arrive here (the
+        first piece of each), without taking them, or None (``arrived`` over every
+        member at once: a front-end's MPI_Iprobe from MPI_ANY_SOURCE). Members are
+        looked at from ``first`` on, in turn (a caller moving ``first`` on serves
+        every sender in turn). ``wait``: wait for one (a receive from any source),
+        asleep on the doorbell until an arrival rings it; CollectiveTimeoutError
+        past ``timeout`` seconds (None: NEURON_MPI_TIMEOUT; 0 or less: none), the
+        communicator still usable."""
+        self._ensure_usable()
+        count = V.integer(count, "count", lo=1)
+        first = V.rank(first, self.size, "first")
+        eng = self._engine
+        order = list(range(first, self.size)) + list(range(first))
+        found: list = []
+
+        def here():
+            for src in order:
+                n = self._p2p_recv.get(src, 0)
+                if all(eng.has((self._id, 0, self._p2p_xid(src, n + k), 0))
+                       for k in range(count)):
+                    found.append(src)
+                    return True
+            return False
+
+        eng.try_progress()  # (arrivals over MPI are filed by a pass of progress)
+        with eng.held():
+            if here() or not wait:
+                return found[0] if found else None
+        seconds, deadline = self._p2p_deadline(timeout)
+        eng.drive(here, deadline, lambda: CollectiveTimeoutError(
+            f"any_arrived: no message came from any of the {self.size} ranks in "
+            f"{seconds:g} s"))
+        return found[0]
+
     def sendrecv(self, x, dst, out, src, timeout=None):
         """Send ``x`` to ``dst`` and receive the next message from ``src`` into ``out``
         (exactly its size) together, as MPI_Sendrecv; returns ``out``. Matches plain

@@ -14,9 +14,10 @@ before it takes; a blocking receive or probe passes over those. Messages from
 different sources are ordered by when this rank set them aside (their arrival,
 as far as a receive from any source can tell). A wait that concerns one named
 source reads that source's stream; a wait that concerns any source (a receive or
-probe from any source, or a receive posted from any source before it) polls every
-source (``Communicator.arrived``, which never waits), sleeping 20 us up to 1 ms
-between rounds, until NEURON_MPI_TIMEOUT.
+probe from any source, or a receive posted from any source before it) sets aside
+what has arrived from every source (``Communicator.any_arrived``, which need not wait),
+then sleeps until more does (``Communicator.any_arrived``), until
+NEURON_MPI_TIMEOUT.
 
 A send returns once its bytes have left (Communicator.send), so a receive posted
 before the matching send, or two ranks sending to each other, cannot wait for
@@ -90,22 +91,6 @@ class Posted:
         return f"<posted receive from {src}, tag {'any' if self.tag == ANY else self.tag}>"
 
 
-class _Poll:
-    """The rounds of a wait that polls every source: a sleep between rounds that
-    finds nothing new (20 us doubling to 1 ms), CollectiveTimeoutError past the
-    deadline."""
-
-    def __init__(self, end, what):
-        self.end, self.what, self.pause = end, what, 20e-6
-
-    def idle(self, size):
-        if self.end is not None and time.monotonic() >= self.end:
-            raise CollectiveTimeoutError(
-                f"{self.what}: no message came from any of the {size} ranks in time")
-        time.sleep(self.pause)
-        self.pause = min(self.pause * 2, 1e-3)
-
-
 class Tagged:
     """The tagged messages of one Communicator (a front-end's communicator)."""
 
@@ -114,7 +99,7 @@ class Tagged:
         self._posted: list = []  # receives posted, not yet made, in posting order
         self._early: dict = {}  # source -> [_Message]: set aside, in the order sent
         self._seq = 0  # arrival numbers of the messages set aside
-        self._last_any = -1  # the source a poll of every source started after last
+        self._last = -1  # the source an arrival was found from last
         self._synced: dict = {}  # destination -> synchronous sends numbered so far
         self._acks: dict = {}  # source -> numbers of our synchronous sends it took
         self._unacked = 0  # synchronous sends set aside, not yet acknowledged
@@ -158,8 +143,18 @@ class Tagged:
         arrived, from any rank (this rank's own too), whose tag matches and that
         no posted receive takes; (its source, its tag, its size).
         CollectiveTimeoutError past ``deadline`` (time.monotonic())."""
-        m = self._wait(lambda: self._free(ANY, tag), ANY, _any_what("recv", tag), deadline)
-        return self._deliver(out, m)
+        what = _any_what("recv", tag)
+        if self._posted:
+            return self._deliver(out, self._wait(lambda: self._free(ANY, tag), ANY, what,
+                                                 deadline))
+        while True:  # (nothing posted: a message that fits is read straight into out)
+            m = self._free(ANY, tag)
+            if m is not None:
+                return self._deliver(out, m)
+            src = self._arrival(deadline, what)
+            got = self._read(src, tag, out)
+            if got is not None:
+                return (src,) + got
 
     def probe(self, src: int, tag: int) -> tuple:
         """Wait for a message from ``src`` with ``tag`` that no posted receive
@@ -303,9 +298,9 @@ class Tagged:
     def _wait(self, find, src, what, end=False):
         """``find()`` once it gives something, reading more messages meanwhile: from
         ``src`` alone (a blocking read) when it is a named source and no receive
-        from any source is posted, else from every source (polling; ``end``: the
-        deadline, False for NEURON_MPI_TIMEOUT from now)."""
-        poll = None
+        from any source is posted, else from every source (what has arrived, then
+        asleep until more does; ``end``: the deadline, time.monotonic(), None for
+        none, False for NEURON_MPI_TIMEOUT from now)."""
         while True:
             got = find()
             if got is not None:
@@ -313,52 +308,84 @@ class Tagged:
             if src != ANY and not any(p.src == ANY for p in self._posted):
                 self._read(src)
                 continue
-            if poll is None:
-                poll = _Poll(deadline() if end is False else end, what)
-            if not self._pull_all():
-                poll.idle(self.comm.size)
+            if end is False:
+                end = deadline()
+            self._read(self._arrival(end, what))
 
-    def _read(self, src) -> bool:
-        """Read the next message from ``src`` (waiting for it): set it aside, or
-        note the acknowledgement it is; whether it was a message."""
+    def _arrival(self, end, what) -> int:
+        """A source whose next message has arrived (its header and the first piece
+        of its bytes), asleep until there is one (Communicator.any_arrived);
+        CollectiveTimeoutError past ``end``."""
+        src = self._next_arrival()
+        if src is not None:
+            return src
+        left = 0 if end is None else end - time.monotonic()  # (0: no deadline)
+        try:
+            if end is not None and left <= 0:
+                raise CollectiveTimeoutError(what)
+            src = self._last = self.comm.any_arrived(2, wait=True, timeout=left,
+                                                     first=self._after())
+            return src
+        except CollectiveTimeoutError:
+            raise CollectiveTimeoutError(
+                f"{what}: no message came from any of the {self.comm.size} ranks in "
+                "time") from None
+
+    def _read(self, src, tag=None, out=None):
+        """Read the next message from ``src`` (waiting for it): straight into
+        ``out`` when ``tag`` is given and matches and the message fits (its tag and
+        size returned); else set it aside, or note the acknowledgement it is
+        (None)."""
         hdr = np.empty(3, np.int64)
         self.comm.recv(hdr, src)
-        tag, n, number = (int(v) for v in hdr)
+        t, n, number = (int(v) for v in hdr)
+        if tag is not None and t != _ACK and (tag == ANY or t == tag) and n <= out.nbytes:
+            self.comm.recv(out[:n], src)
+            if number:
+                _send_ack(self.comm, src, number)
+            return t, n
         data = np.empty(n, np.uint8)
         self.comm.recv(data, src)
-        return self._keep(src, tag, data, number)
+        self._keep(src, t, data, number)
+        return None
 
-    def _keep(self, src, tag, data, number) -> bool:
+    def _keep(self, src, tag, data, number) -> None:
+        """Set a message read aside (numbered as it arrives), or note the
+        acknowledgement it is."""
         if tag == _ACK:
             self._acks.setdefault(src, set()).add(number)
-            return False
+            return
         self._seq += 1
         self._early.setdefault(src, []).append(_Message(self._seq, src, tag, data, number))
         if number:
             self._unacked += 1
             if self._posted:
                 self._ack_claimed()
-        return True
 
-    def _pull(self, src) -> bool:
+    def _pull(self, src) -> None:
         """Set aside every message from ``src`` that has arrived (its header and the
-        first piece of its bytes), without waiting for one that has not; whether
-        anything came."""
-        came = False
+        first piece of its bytes), without waiting for one that has not."""
         while self.comm.arrived(src, 2):
             self._read(src)
-            came = True
-        return came
 
-    def _pull_all(self) -> bool:
-        """``_pull`` every source, starting after the one a round started after last
-        (so that one busy sender does not always come first)."""
-        n = self.comm.size
-        first = self._last_any = (self._last_any + 1) % n
-        came = False
-        for k in range(n):
-            came = self._pull((first + k) % n) or came
-        return came
+    def _pull_all(self) -> None:
+        """Set aside every message that has arrived, from any source."""
+        while True:
+            src = self._next_arrival()
+            if src is None:
+                return
+            self._read(src)
+
+    def _next_arrival(self):
+        """A source whose next message has arrived, looking first after the one
+        found last (so that one busy sender does not hide the others), or None."""
+        src = self.comm.any_arrived(2, first=self._after())
+        if src is not None:
+            self._last = src
+        return src
+
+    def _after(self) -> int:
+        return (self._last + 1) % self.comm.size
 
     def _pull_for(self, src) -> None:
         """Pull what a receive from ``src`` may depend on: every source when it is
@@ -372,23 +399,13 @@ class Tagged:
         """The first posted receive's (or a blocking receive's, when none is
         posted) message: the first set aside that matches, else the next to come,
         read straight into ``out`` when it fits; (tag, size)."""
-        early = self._early.get(src)
-        for m in early or ():
-            if tag == ANY or m.tag == tag:
-                return self._deliver(out, m)[1:]
-        hdr = np.empty(3, np.int64)
         while True:
-            self.comm.recv(hdr, src)
-            t, n, number = (int(v) for v in hdr)
-            if t != _ACK and (tag == ANY or t == tag) and n <= out.nbytes:
-                self.comm.recv(out[:n], src)
-                if number:
-                    _send_ack(self.comm, src, number)
-                return t, n
-            data = np.empty(n, np.uint8)
-            self.comm.recv(data, src)
-            if self._keep(src, t, data, number) and (tag == ANY or t == tag):
-                return self._deliver(out, self._early[src][-1])[1:]  # (too long: refused)
+            for m in self._early.get(src, ()):
+                if tag == ANY or m.tag == tag:  # (set aside: earlier, or too long)
+                    return self._deliver(out, m)[1:]
+            got = self._read(src, tag, out)
+            if got is not None:
+                return got
 
 
 def _send_ack(comm, src, number) -> None:

@@ -423,6 +423,23 @@ def test_mpi_corrupted_result_fails():
     assert "# Out of bounds values : 1 FAILED" in res.stdout
 
 
+def test_facade_p2p_benchmark_runs_every_way_exactly():
+    """benchmarks/facade_p2p.py on 4 ranks: a row per size and way of receiving
+    through the mpi4py facade (the MPI baseline at 1.00), every message exact, exit
+    0; an odd number of ranks is refused."""
+    prog = [sys.executable, str(ROOT / "benchmarks" / "facade_p2p.py")]
+    res = _launch(["--bytes", "4KB", "300KB", "--iters", "3"], program=prog, ranks=4)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = [ln.split() for ln in res.stdout.splitlines() if ln.startswith("  ")]
+    assert [(r[0], r[1]) for r in rows] == [
+        (b, w) for b in ("4096", "307200") for w in ("mpi", "named", "any", "irecv-any",
+                                                     "ssend")]
+    assert all(r[-1] == "yes" and float(r[2]) > 0 for r in rows)
+    assert all(float(r[4]) == 1.0 for r in rows if r[1] == "mpi")
+    odd = _launch(["--iters", "1"], program=prog, ranks=3, NEURON_MPI_STRICT="0")
+    assert odd.returncode != 0 and "needs an even number of ranks" in odd.stderr
+
+
 def test_p2p_benchmark_runs_every_method_exactly():
     """benchmarks/p2p.py on 8 ranks: a row per size and method (the MPI baseline at
     1.00), every result exact, exit 0."""

@@ -7,7 +7,7 @@ from collections import deque
 import numpy as np
 import pytest
 
-from neuron_mpi.errors import InvalidArgumentError
+from neuron_mpi.errors import CollectiveTimeoutError, InvalidArgumentError
 from neuron_mpi.tagged import ANY, Tagged, send_tag
 
 
@@ -36,6 +36,15 @@ class Wire:
 
             def arrived(self, src, count=1):
                 return len(wire.q[(me, src)]) >= count
+
+            def any_arrived(self, count=1, wait=False, timeout=None, first=0):
+                for k in range(wire.n):
+                    src = (first + k) % wire.n
+                    if self.arrived(src, count):
+                        return src
+                if wait:  # (one thread: nothing more can come while this waits)
+                    raise CollectiveTimeoutError(f"any_arrived: nothing came in {timeout} s")
+                return None
         return End()
 
 
@@ -299,3 +308,14 @@ def test_a_synchronous_send_is_done_once_a_receive_takes_it():
     # a message straight into its receive's buffer (no receive posted) is acknowledged too
     n4 = b.send(_b(6.0), 0, 1, sync=True)
     assert a.recv(out.view(np.uint8), 1, 1) == (1, 8) and b.acked(0, n4)
+
+
+def test_receives_from_any_source_serve_every_sender_in_turn():
+    """A busy sender does not hide the others from receives from any source."""
+    a, b, c = _ranks(3)
+    for v in (1.0, 2.0, 3.0):
+        a.send(_b(v), 2, 0)
+    b.send(_b(9.0), 2, 0)
+    out = np.zeros(1)
+    got = [c.recv_any(out.view(np.uint8), ANY)[0] for _ in range(2)]
+    assert sorted(got) == [0, 1]

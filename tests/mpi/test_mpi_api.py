@@ -984,6 +984,41 @@ def test_a_sender_waiting_for_a_read_names_the_reader(comm, monkeypatch):
     assert_same(comm.all_reduce(xs), want, "the session's communicator still works")
 
 
+def test_any_arrived_finds_a_sender_and_waits_for_one(comm):
+    """``any_arrived(count)`` names a member whose next messages are here (None
+    before any came, never waiting), from ``first`` on in turn; with ``wait=True``
+    it sleeps until one comes (rank 1 sends 0.3 s late), and past its timeout
+    raises CollectiveTimeoutError, the communicator still usable."""
+    import time
+
+    import neuron_mpi as nm
+
+    n = comm.size
+    if n < 2 or n > SMALL_WORLD:
+        pytest.skip("point to point between ranks 0 and 1: ran at 2 to 8 ranks")
+    x = np.arange(3, dtype=np.float32)
+    if comm.rank == 0:
+        assert comm.any_arrived() is None
+        with pytest.raises(nm.CollectiveTimeoutError, match="any_arrived"):
+            comm.any_arrived(wait=True, timeout=0.05)
+        with pytest.raises(nm.InvalidArgumentError, match="first"):
+            comm.any_arrived(first=n)
+        comm.barrier()
+        assert comm.any_arrived(wait=True, timeout=60) == 1
+        assert comm.any_arrived(2) is None  # (one message only)
+        comm.send(x, 0)  # (to itself: now two members have one here)
+        assert comm.any_arrived(first=0) == 0 and comm.any_arrived(first=1) == 1
+        assert_same(comm.recv(np.empty_like(x), 1), x, "recv after any_arrived")
+        assert_same(comm.recv(np.empty_like(x), 0), x, "recv after any_arrived")
+        assert comm.any_arrived() is None
+    else:
+        comm.barrier()
+        if comm.rank == 1:
+            time.sleep(0.3)
+            comm.send(x, 0)
+    comm.barrier()
+
+
 def test_arrived_says_whether_messages_are_here_without_waiting(comm):
     """``arrived(src, count)`` never waits: False before the sender has sent (it
     waits in a barrier), True once the first piece of each of the next ``count``

@@ -94,8 +94,9 @@ class Posted:
 class Tagged:
     """The tagged messages of one Communicator (a front-end's communicator)."""
 
-    def __init__(self, comm):
+    def __init__(self, comm, name="buf"):
         self.comm = comm
+        self.name = name  # what a receive's buffer is called in its errors
         self._posted: list = []  # receives posted, not yet made, in posting order
         self._early: dict = {}  # source -> [_Message]: set aside, in the order sent
         self._seq = 0  # arrival numbers of the messages set aside
@@ -276,7 +277,7 @@ class Tagged:
         A synchronous send is acknowledged (it is matched, even when too long)."""
         self._early[m.src].remove(m)
         self._ack(m)
-        _fits(m.data.nbytes, out, m.src, m.tag)
+        _fits(m.data.nbytes, out, m.src, m.tag, self.name)
         out[:m.data.nbytes] = m.data
         return m.src, m.tag, m.data.nbytes
 
@@ -413,11 +414,11 @@ def _send_ack(comm, src, number) -> None:
     comm.send(_EMPTY, src)
 
 
-def _fits(n: int, out: np.ndarray, src, tag) -> None:
+def _fits(n: int, out: np.ndarray, src, tag, name) -> None:
     if n > out.nbytes:
         raise InvalidArgumentError(
-            f"buf: the message from rank {src} (tag {tag}) has {n} bytes, more than the "
-            f"{out.nbytes} of the receive buffer (MPI_ERR_TRUNCATE)")
+            f"{name}: the message from rank {src} (tag {tag}) has {n} bytes, more than "
+            f"the {out.nbytes} of the receive buffer (MPI_ERR_TRUNCATE)")
 
 
 def _any_what(what, tag) -> str:

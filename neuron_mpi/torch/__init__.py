@@ -134,7 +134,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def __init__(self, comm, rank: int, size: int):
         super().__init__(rank, size)
         self.comm = comm
-        self._tagged = Tagged(comm)  # point to point, matched by tag as gloo does
+        self._tagged = Tagged(comm, "tensor")  # point to point, matched by tag as gloo does
 
     def getBackendName(self):
         return BACKEND

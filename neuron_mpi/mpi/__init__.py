@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from mpi4py import MPI as _MPI
 
-from .comm import Comm, Intracomm  # noqa: F401
+from .comm import Cartcomm, Comm, Intracomm  # noqa: F401
 from .requests import NotEmulatedError, Prequest, Request  # noqa: F401
 
-_EMULATED = ("COMM_WORLD", "COMM_SELF", "Comm", "Intracomm", "Request", "Prequest", "MPI",
-             "NotEmulatedError")
+_EMULATED = ("COMM_WORLD", "COMM_SELF", "Comm", "Intracomm", "Cartcomm", "Request", "Prequest",
+             "MPI", "NotEmulatedError")
 _STATE: dict = {}
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 from mpi4py import MPI as _MPI
@@ -12,6 +13,8 @@ from ..errors import InvalidArgumentError
 from ..tagged import ANY, Tagged, deadline, send_tag
 from .buffers import Msg, as_bytes, is_in_place, place, real_parts
 from .requests import Prequest, Request, done, not_emulated, set_status, started
+from .topo import Cartcomm as _Grid
+from .topo import grid_args
 
 _OPS = None
 
@@ -186,6 +189,32 @@ class Comm:
         if self._c.rank not in ranks:
             return _MPI.COMM_NULL
         return Comm(self._c.group(ranks))
+
+    def Create_cart(self, dims, periods=None, reorder=False):
+        """MPI_Cart_create (collective, the same arguments on every rank): a
+        Cartcomm over the first prod(dims) ranks in order (``reorder`` changes
+        nothing, as MPI allows); the other ranks get MPI.COMM_NULL."""
+        dims, periods = grid_args(dims, periods, self._c.size)
+        sub = self._c.split([list(range(math.prod(dims)))])
+        return _MPI.COMM_NULL if sub is None else Cartcomm._with_grid(sub, dims, periods)
+
+    def Cart_map(self, dims, periods=None) -> int:
+        """This rank's rank in Create_cart(dims, periods): the same, or
+        MPI.UNDEFINED past the grid."""
+        dims, _ = grid_args(dims, periods, self._c.size)
+        return self._c.rank if self._c.rank < math.prod(dims) else _MPI.UNDEFINED
+
+    def toint(self) -> int:
+        """-1: no MPI handle (the facade's communicators are Python objects)."""
+        return -1
+
+    py2f = toint
+
+    def Get_topology(self):
+        return _MPI.UNDEFINED
+
+    topology = property(Get_topology)
+    is_topo = False
 
     def Get_group(self):
         world = _MPI.COMM_WORLD.Get_group()
@@ -802,6 +831,10 @@ Comm.barrier = Comm.Barrier
 Comm.ibarrier = Comm.Ibarrier
 
 Intracomm = Comm
+
+
+class Cartcomm(_Grid, Comm):
+    """A Cartesian communicator of the facade (Comm.Create_cart; neuron_mpi.mpi.topo)."""
 
 
 class _FreedCommunicator:

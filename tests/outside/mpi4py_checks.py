@@ -380,9 +380,9 @@ def test_split_type_names_and_what_is_not_emulated():
     assert W.Get_errhandler() == MPI.ERRORS_RETURN
     with pytest.raises(NotImplementedError, match="errhandler"):
         W.Set_errhandler(MPI.ERRORS_ARE_FATAL)
-    assert not hasattr(W, "Create_cart") and not hasattr(W, "no_such_method")
-    with pytest.raises(NotImplementedError, match="Comm.Create_cart: not emulated"):
-        W.Create_cart([N])
+    assert not hasattr(W, "Create_graph") and not hasattr(W, "no_such_method")
+    with pytest.raises(NotImplementedError, match="Comm.Create_graph: not emulated"):
+        W.Create_graph([1], [0])
     with pytest.raises(NotImplementedError, match="Request.py2f: not emulated"):
         W.Ibarrier().py2f()
     W.Barrier()
@@ -564,4 +564,58 @@ def test_sparse_exchange_with_synchronous_sends_and_ibarrier():
         assert time.monotonic() < end, f"stuck: got {got}, barrier {barrier}"
         time.sleep(0.0002)
     assert got == {s: 100 * s + R for s in range(N) if R in dests(s)}
+    W.Barrier()
+
+
+def test_cartesian_grid_halo_exchange_and_neighbour_collectives():
+    """Create_cart lays a grid over the ranks in row-major order: Shift names the
+    neighbours (MPI.PROC_NULL past a non-periodic edge), a halo exchange with
+    Sendrecv along each dimension gets each neighbour's value, Neighbor_alltoall
+    and Neighbor_allgather put neighbour k's block in slot k (per dimension, behind
+    then ahead; a PROC_NULL slot untouched), and Sub keeps a row; bad grids are
+    refused on every rank."""
+    dims = MPI.Compute_dims(N, 2)
+    for periods in ([True, True], [False, True]):
+        g = W.Create_cart(dims, periods=periods)
+        assert isinstance(g, MPI.Cartcomm) and g.topology == MPI.CART
+        me = g.Get_coords(g.rank)
+        assert g.coords == me and me == [R // dims[1], R % dims[1]]
+        assert g.Get_cart_rank(me) == R and g.topo == (dims, [int(p) for p in periods], me)
+        nb = g.inedges
+        for i in range(2):
+            src, dst = g.Shift(i, 1)
+            assert [src, dst] == nb[2 * i:2 * i + 2]
+            for d, r in ((-1, src), (1, dst)):
+                c = list(me)
+                c[i] += d
+                if not periods[i] and not 0 <= c[i] < dims[i]:
+                    assert r == MPI.PROC_NULL
+                else:
+                    c[i] %= dims[i]
+                    assert r == g.Get_cart_rank(c)
+            # halo exchange: my value to dst, the value of src into got
+            got = np.full(1, -1.0)
+            g.Sendrecv(np.array([float(R)]), dst, 5, got, src, 5)
+            assert got[0] == (-1.0 if src == MPI.PROC_NULL else float(src))
+        send = np.array([100.0 * R + k for k in range(4)])
+        out = np.full(4, -1.0)
+        g.Neighbor_alltoall(send, out)
+        for k, src in enumerate(nb):  # src sent me its block in the opposite direction
+            assert out[k] == (-1.0 if src == MPI.PROC_NULL else 100.0 * src + (k ^ 1)), (k, out)
+        out2 = np.full((4, 2), -1, np.int32)
+        g.Neighbor_allgather(np.array([R, -R], np.int32), out2)
+        for k, src in enumerate(nb):
+            assert out2[k].tolist() == ([-1, -1] if src == MPI.PROC_NULL else [src, -src])
+        row = g.Sub([False, True])
+        assert row.dims == [dims[1]] and row.Get_size() == dims[1]
+        assert row.Get_rank() == me[1]
+        d = g.Dup()
+        assert d.dims == dims and d.coords == me
+        for c in (row, d, g):
+            c.Free()
+    with pytest.raises(ValueError, match="periods"):
+        W.Create_cart([N], [True, False])
+    with pytest.raises(ValueError, match="does not fit"):
+        W.Create_cart([N + 1])
+    assert W.Cart_map([N]) == R and W.topology == MPI.UNDEFINED
     W.Barrier()

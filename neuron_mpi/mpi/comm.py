@@ -836,6 +836,10 @@ Intracomm = Comm
 class Cartcomm(_Grid, Comm):
     """A Cartesian communicator of the facade (Comm.Create_cart; neuron_mpi.mpi.topo)."""
 
+    # (a buffer error one rank finds fails the others' all-to-all-v too)
+    Neighbor_allgather = _agreed(_Grid.Neighbor_allgather)
+    Neighbor_alltoall = _agreed(_Grid.Neighbor_alltoall)
+
 
 class _FreedCommunicator:
     def __getattr__(self, name):

@@ -613,6 +613,12 @@ def test_cartesian_grid_halo_exchange_and_neighbour_collectives():
         assert d.dims == dims and d.coords == me
         for c in (row, d, g):
             c.Free()
+    if N > 1:  # a buffer error on one rank fails every rank's call, not only its own
+        g = W.Create_cart([N], periods=[True])
+        with pytest.raises(ValueError, match="recvbuf: .* fewer than" if R == 0 else
+                           "rank\\(s\\) 0 of the group rejected"):
+            g.Neighbor_allgather(np.zeros(2), np.zeros(2 if R == 0 else 4))
+        g.Free()
     with pytest.raises(ValueError, match="periods"):
         W.Create_cart([N], [True, False])
     with pytest.raises(ValueError, match="does not fit"):

@@ -8,16 +8,15 @@ buffer at least its size; the messages it passes over wait, in order, for the
 receives that match them.
 
 Receives posted ahead (``post``) are made at their wait, whatever order they are
-waited in, into the messages MPI's matching gives them: each posted receive, in
-posting order, takes the first message that fits it and that no receive posted
-before it takes; a blocking receive or probe passes over those. Messages from
-different sources are ordered by when this rank set them aside (their arrival,
-as far as a receive from any source can tell). A wait that concerns one named
-source reads that source's stream; a wait that concerns any source (a receive or
-probe from any source, or a receive posted from any source before it) sets aside
-what has arrived from every source (``Communicator.any_arrived``, which need not wait),
-then sleeps until more does (``Communicator.any_arrived``), until
-NEURON_MPI_TIMEOUT.
+waited in, into the messages MPI's matching gives them: a message read is matched
+to the first posted receive that fits it and has none, a receive posted to the
+first message set aside that fits it and that no receive has (arrival being when
+this rank reads a message; a match never changes); a blocking receive or probe
+passes over matched messages. A wait reads the one stream it waits for while
+every posted receive is from that source; otherwise (a receive or probe from any
+source, or receives posted from other sources, whose messages must be matched
+meanwhile) it sets aside what has arrived from every source, then sleeps until
+more does (``Communicator.any_arrived``), until NEURON_MPI_TIMEOUT.
 
 A send returns once its bytes have left (Communicator.send), so a receive posted
 before the matching send, or two ranks sending to each other, cannot wait for
@@ -78,7 +77,7 @@ class Posted:
         if self._got is None:
             try:
                 self._got = (self._t._make(self), None)
-            except BaseException as e:  # (MPI_ERR_TRUNCATE, a timeout: the receive is over)
+            except Exception as e:  # (MPI_ERR_TRUNCATE, a timeout: the receive is over)
                 self._t._drop(self)
                 self._got = (None, e)
         value, err = self._got
@@ -98,12 +97,15 @@ class Tagged:
         self.comm = comm
         self.name = name  # what a receive's buffer is called in its errors
         self._posted: list = []  # receives posted, not yet made, in posting order
+        self._bound: dict = {}  # posted receive -> the message matched to it
+        self._claimed: set = set()  # the messages matched to posted receives
         self._early: dict = {}  # source -> [_Message]: set aside, in the order sent
+        self._all: list = []  # every message set aside, in arrival order
         self._seq = 0  # arrival numbers of the messages set aside
         self._last = -1  # the source an arrival was found from last
         self._synced: dict = {}  # destination -> synchronous sends numbered so far
         self._acks: dict = {}  # source -> numbers of our synchronous sends it took
-        self._unacked = 0  # synchronous sends set aside, not yet acknowledged
+        self._forget: dict = {}  # source -> numbers whose acknowledgement nobody awaits
 
     # --- sends ------------------------------------------------------------------------
     def send(self, data: np.ndarray, dst: int, tag: int, sync: bool = False) -> int:
@@ -120,13 +122,24 @@ class Tagged:
     def acked(self, dst: int, number: int) -> bool:
         """Whether a receive at ``dst`` has taken our synchronous send ``number``.
         Never waits."""
-        self._pull(dst)
+        self._pull_for(dst)
         return number in self._acks.get(dst, ())
 
     def wait_acked(self, dst: int, number: int) -> None:
-        """Wait until a receive at ``dst`` takes our synchronous send ``number``."""
-        while number not in self._acks.get(dst, ()):
-            self._read(dst)
+        """Wait until a receive at ``dst`` takes our synchronous send ``number``
+        (then its acknowledgement is let go)."""
+        acks = self._acks.setdefault(dst, set())
+        self._wait(lambda: True if number in acks else None, dst, f"ssend to {dst}")
+        acks.discard(number)
+
+    def forget(self, dst: int, number: int) -> None:
+        """Nobody will wait for synchronous send ``number`` to ``dst`` (its request
+        was freed): drop its acknowledgement, now or when it comes."""
+        acks = self._acks.get(dst, set())
+        if number in acks:
+            acks.discard(number)
+        else:
+            self._forget.setdefault(dst, set()).add(number)
 
     # --- receives ---------------------------------------------------------------------
     def recv(self, out: np.ndarray, src: int, tag: int) -> tuple:
@@ -190,8 +203,9 @@ class Tagged:
         first, but it does not wait for theirs."""
         r = Posted(self, out, src, tag)
         self._posted.append(r)
-        if self._unacked:
-            self._ack_claimed()
+        m = self._free(src, tag)  # (the first to have come that no receive took)
+        if m is not None:
+            self._bind(r, m)
         return r
 
     def ready(self, r: Posted) -> bool:
@@ -201,7 +215,7 @@ class Tagged:
         if r not in self._posted:
             return True
         self._pull_for(r.src)
-        return self._claims()[0][r] is not None
+        return r in self._bound
 
     def cancel(self, r: Posted) -> bool:
         """Cancel the posted receive ``r`` if no message has matched it yet
@@ -214,68 +228,78 @@ class Tagged:
         return False
 
     # --- matching ---------------------------------------------------------------------
+    # A message is matched when it is set aside (to the first receive posted that
+    # fits it and has none) and a receive when it is posted (to the first message
+    # set aside that fits it and that no receive has): MPI's matching, arrival being
+    # when this rank reads the message. A match never changes afterwards.
+    def _bind(self, r: Posted, m: _Message) -> None:
+        """Match ``m`` to ``r``; a synchronous send is acknowledged now (MPI
+        completes an Ssend once a receive matches it, before that receive's Wait)."""
+        self._bound[r] = m
+        self._claimed.add(m)
+        self._ack(m)
+
     def _make(self, r: Posted) -> tuple:
-        """Make the posted receive ``r``: the message its claim gives it, set aside
-        or still to come (messages for other receives are set aside)."""
+        """Make the posted receive ``r``: its message, set aside or still to come
+        (messages for other receives are set aside meanwhile)."""
         if r.cancelled:
             raise InvalidArgumentError("request: this receive was cancelled (MPI_Cancel)")
         what = f"recv from {'any source' if r.src == ANY else r.src}"
-        m = self._wait(lambda: self._claims()[0][r] or self._first_posted(r), r.src, what)
-        self._posted.remove(r)
-        if m is True:  # (first posted that can take src's messages, and none set aside
-            return (r.src,) + self._match(r.src, r.tag, r.out)  # fits: straight into out)
+        m = self._wait(lambda: self._bound.get(r) or self._direct(r), r.src, what)
+        while m is True:  # (its message is the next from its source that fits it:
+            got = self._read(r.src, r.tag, r.out)  # straight into its buffer; one too
+            if got is not None:  # long is matched to it when set aside)
+                self._drop(r)
+                return (r.src,) + got
+            m = self._bound.get(r) or True
+        self._drop(r)
         return self._deliver(r.out, m)
 
-    def _first_posted(self, r: Posted):
-        """True when ``r`` is from a named source and no receive posted before it
-        could take a message from that source (its next matching message is its
-        own); else None."""
-        if r.src == ANY:
+    def _direct(self, r: Posted):
+        """True when the next message from ``r``'s source that fits it is its own,
+        to be read straight into its buffer: a named source, read alone
+        (``_alone``), and no receive posted before it could take from it; else
+        None."""
+        if r.src == ANY or not self._alone(r.src):
             return None
         for p in self._posted:
             if p is r:
                 return True
-            if p.src in (r.src, ANY):
-                return None
+            if p not in self._bound:
+                return None  # (every posted receive is from r.src: it comes first)
         return None
 
     def _drop(self, r: Posted) -> None:
         if r in self._posted:
             self._posted.remove(r)
+        m = self._bound.pop(r, None)
+        if m is not None:
+            self._claimed.discard(m)
+
+    def _alone(self, src) -> bool:
+        """Whether a wait for a message from ``src`` may read that source's stream
+        alone: every receive posted is from ``src``, so no message from another
+        source can be matched (and, a synchronous send, acknowledged) meanwhile."""
+        return all(p.src == src for p in self._posted)
 
     def _candidates(self, src) -> list:
         """The messages set aside from ``src`` (ANY: from every source, in arrival
         order)."""
-        if src != ANY:
-            return self._early.get(src, ())
-        if len(self._early) == 1:
-            return next(iter(self._early.values()))
-        return sorted((m for ms in self._early.values() for m in ms), key=lambda m: m.seq)
-
-    def _claims(self) -> tuple:
-        """Match the posted receives (in posting order) against the messages set
-        aside as MPI does, each taking the first that fits and that no receive
-        before it took: ({receive: its message or None}, the messages taken)."""
-        claims, taken = {}, set()
-        for r in self._posted:
-            m = next((m for m in self._candidates(r.src)
-                      if m not in taken and (r.tag == ANY or m.tag == r.tag)), None)
-            if m is not None:
-                taken.add(m)
-            claims[r] = m
-        return claims, taken
+        return self._all if src == ANY else self._early.get(src, ())
 
     def _free(self, src, tag):
         """The first message set aside from ``src`` (ANY: any source) whose tag
         matches ``tag`` and that no posted receive takes, or None."""
-        taken = self._claims()[1] if self._posted else ()
+        claimed = self._claimed
         return next((m for m in self._candidates(src)
-                     if m not in taken and (tag == ANY or m.tag == tag)), None)
+                     if m not in claimed and (tag == ANY or m.tag == tag)), None)
 
     def _deliver(self, out: np.ndarray, m: _Message) -> tuple:
         """The message ``m``, set aside, into ``out`` (bytes); (source, tag, size).
         A synchronous send is acknowledged (it is matched, even when too long)."""
         self._early[m.src].remove(m)
+        self._all.remove(m)
+        self._claimed.discard(m)
         self._ack(m)
         _fits(m.data.nbytes, out, m.src, m.tag, self.name)
         out[:m.data.nbytes] = m.data
@@ -286,27 +310,19 @@ class Tagged:
         if m.sync:
             _send_ack(self.comm, m.src, m.sync)
             m.sync = 0
-            self._unacked -= 1
-
-    def _ack_claimed(self) -> None:
-        """Acknowledge the synchronous sends that posted receives have matched (MPI
-        completes an Ssend once its receive is posted and matched, before that
-        receive's Wait)."""
-        for m in self._claims()[1]:
-            self._ack(m)
 
     # --- reading the streams ----------------------------------------------------------
     def _wait(self, find, src, what, end=False):
         """``find()`` once it gives something, reading more messages meanwhile: from
-        ``src`` alone (a blocking read) when it is a named source and no receive
-        from any source is posted, else from every source (what has arrived, then
-        asleep until more does; ``end``: the deadline, time.monotonic(), None for
-        none, False for NEURON_MPI_TIMEOUT from now)."""
+        ``src`` alone (a blocking read) when it is a named source read alone
+        (``_alone``), else from every source (what has arrived, then asleep until
+        more does; ``end``: the deadline, time.monotonic(), None for none, False
+        for NEURON_MPI_TIMEOUT from now)."""
         while True:
             got = find()
             if got is not None:
                 return got
-            if src != ANY and not any(p.src == ANY for p in self._posted):
+            if src != ANY and self._alone(src):
                 self._read(src)
                 continue
             if end is False:
@@ -351,17 +367,24 @@ class Tagged:
         return None
 
     def _keep(self, src, tag, data, number) -> None:
-        """Set a message read aside (numbered as it arrives), or note the
-        acknowledgement it is."""
+        """Set a message read aside (numbered as it arrives; matched to the first
+        posted receive that fits it and has none), or note the acknowledgement it
+        is."""
         if tag == _ACK:
-            self._acks.setdefault(src, set()).add(number)
+            gone = self._forget.get(src)
+            if gone and number in gone:
+                gone.discard(number)
+            else:
+                self._acks.setdefault(src, set()).add(number)
             return
         self._seq += 1
-        self._early.setdefault(src, []).append(_Message(self._seq, src, tag, data, number))
-        if number:
-            self._unacked += 1
-            if self._posted:
-                self._ack_claimed()
+        m = _Message(self._seq, src, tag, data, number)
+        self._early.setdefault(src, []).append(m)
+        self._all.append(m)
+        for r in self._posted:
+            if r.src in (src, ANY) and (r.tag == ANY or r.tag == tag) and r not in self._bound:
+                self._bind(r, m)
+                break
 
     def _pull(self, src) -> None:
         """Set aside every message from ``src`` that has arrived (its header and the
@@ -389,17 +412,18 @@ class Tagged:
         return (self._last + 1) % self.comm.size
 
     def _pull_for(self, src) -> None:
-        """Pull what a receive from ``src`` may depend on: every source when it is
-        ANY or a receive from any source is posted, else ``src``."""
-        if src == ANY or any(p.src == ANY for p in self._posted):
-            self._pull_all()
-        else:
+        """Pull what a receive from ``src`` may depend on, and what the receives
+        posted from other sources are waiting for: every source unless ``src``
+        is read alone (``_alone``)."""
+        if src != ANY and self._alone(src):
             self._pull(src)
+        else:
+            self._pull_all()
 
     def _match(self, src, tag, out) -> tuple:
-        """The first posted receive's (or a blocking receive's, when none is
-        posted) message: the first set aside that matches, else the next to come,
-        read straight into ``out`` when it fits; (tag, size)."""
+        """A blocking receive's message when no receive is posted: the first set
+        aside from ``src`` that matches, else the next to come, read straight into
+        ``out`` when it fits; (tag, size)."""
         while True:
             for m in self._early.get(src, ()):
                 if tag == ANY or m.tag == tag:  # (set aside: earlier, or too long)

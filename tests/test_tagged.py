@@ -319,3 +319,36 @@ def test_receives_from_any_source_serve_every_sender_in_turn():
     out = np.zeros(1)
     got = [c.recv_any(out.view(np.uint8), ANY)[0] for _ in range(2)]
     assert sorted(got) == [0, 1]
+
+
+def test_a_wait_on_one_source_still_matches_and_acknowledges_the_others():
+    """While c waits for a's acknowledgement, b's synchronous send, which c's
+    receive posted from b matches, is read and acknowledged (c does not read a's
+    stream alone): a ring of Issend/Ssend with posted receives cannot deadlock."""
+    a, b, c = _ranks(3)
+    got = np.zeros(1)
+    r = c.post(got.view(np.uint8), 1, 0)
+    nb = b.send(_b(2.0), 2, 0, sync=True)
+    nc = c.send(_b(3.0), 0, 0, sync=True)
+    with pytest.raises(CollectiveTimeoutError):  # (a never receives in this test)
+        c.wait_acked(0, nc)
+    assert b.acked(2, nb) and c.ready(r)
+    assert r() == (1, 0, 8) and got[0] == 2.0
+
+
+def test_acknowledgements_are_let_go():
+    """A synchronous send's acknowledgement is dropped once waited for, or when it
+    comes after its request was freed (``forget``)."""
+    a, b = _pair()
+    out = np.zeros(1)
+    for _ in range(3):
+        n = a.send(_b(1.0), 1, 0, sync=True)
+        b.recv(out.view(np.uint8), 0, 0)
+        a.wait_acked(1, n)
+    n = a.send(_b(1.0), 1, 0, sync=True)
+    a.forget(1, n)
+    b.recv(out.view(np.uint8), 0, 0)
+    n2 = a.send(_b(1.0), 1, 0, sync=True)
+    b.recv(out.view(np.uint8), 0, 0)
+    a.wait_acked(1, n2)
+    assert not a._acks.get(1) and not a._forget.get(1)

@@ -653,7 +653,8 @@ class Comm:
         if not number:
             return None
         req._poll = lambda: self._t.acked(dest, number)
-        req._detached = True  # (Free drops it without waiting for the receive)
+        # (Free drops it without waiting for the receive)
+        req._detached = lambda: self._t.forget(dest, number)
         return lambda: self._t.wait_acked(dest, number)
 
     def Irecv(self, buf, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG) -> Request:

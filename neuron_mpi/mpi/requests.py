@@ -95,7 +95,7 @@ class Request:
         self._poll = None  # a receive not yet made: whether its message is here
         self._cancel = None  # a posted receive: cancel it if nothing matched it yet
         self._cancelled = False
-        self._detached = False  # Free drops ``_run`` (a synchronous send's wait)
+        self._detached = None  # Free calls it and drops ``_run`` (a synchronous send)
         self._active = False
         self._null = True  # equal to MPI.REQUEST_NULL, false
 
@@ -204,7 +204,8 @@ class Request:
         first (as MPI lets the operation go on, its buffers the call's until
         then; a receive dropped would leave its message to the next one). A
         synchronous send is dropped at once (its bytes have left)."""
-        if self._detached:
+        if self._detached and self._run is not None:
+            self._detached()
             self._run = None
         self._finish()
         self._active = False
@@ -385,7 +386,7 @@ class Prequest(Request):
                 "request: this persistent request is active (Start it again after "
                 "Wait or Test completes it)")
         self._info = self._poll = self._cancel = None
-        self._cancelled = self._detached = False
+        self._cancelled, self._detached = False, None
         self._run = self._start(self)
         self._active = True
 

@@ -72,6 +72,7 @@ class Posted:
         self._t = tagged
         self._got = None  # ((source, tag, size), error) once made
         self.cancelled = False
+        self.detached = False  # nobody will make it: made when matched (``detach``)
 
     def __call__(self) -> tuple:
         if self._got is None:
@@ -227,6 +228,21 @@ class Tagged:
             return True
         return False
 
+    def detach(self, r: Posted) -> None:
+        """Nobody will wait for the posted receive ``r`` (its request was freed): it
+        is made as soon as a message is matched to it, now or when one comes (an
+        error, such as MPI_ERR_TRUNCATE, has nobody to go to and is dropped)."""
+        if r in self._bound:
+            self._quietly(r)
+        elif r in self._posted:
+            r.detached = True
+
+    def _quietly(self, r: Posted) -> None:
+        try:
+            r()
+        except InvalidArgumentError:
+            pass
+
     # --- matching ---------------------------------------------------------------------
     # A message is matched when it is set aside (to the first receive posted that
     # fits it and has none) and a receive when it is posted (to the first message
@@ -238,6 +254,8 @@ class Tagged:
         self._bound[r] = m
         self._claimed.add(m)
         self._ack(m)
+        if r.detached:
+            self._quietly(r)
 
     def _make(self, r: Posted) -> tuple:
         """Make the posted receive ``r``: its message, set aside or still to come

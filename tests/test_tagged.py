@@ -352,3 +352,20 @@ def test_acknowledgements_are_let_go():
     b.recv(out.view(np.uint8), 0, 0)
     a.wait_acked(1, n2)
     assert not a._acks.get(1) and not a._forget.get(1)
+
+
+def test_a_detached_receive_is_made_when_its_message_comes():
+    """``detach`` (a freed request): the receive is made once a message is matched
+    to it, at once if one is, else when it is read; a later receive takes the next."""
+    a, b = _pair()
+    x, y, z = np.zeros(1), np.zeros(1), np.zeros(1)
+    rx = b.post(x.view(np.uint8), 0, ANY)
+    b.detach(rx)
+    a.send(_b(1.0), 1, 0)
+    a.send(_b(2.0), 1, 0)
+    assert b.recv(y.view(np.uint8), 0, ANY) == (0, 8) and (x[0], y[0]) == (1.0, 2.0)
+    a.send(_b(3.0), 1, 0)
+    rz = b.post(z.view(np.uint8), 0, ANY)
+    assert b.ready(rz)
+    b.detach(rz)  # (matched already: made now)
+    assert z[0] == 3.0 and not b._posted

@@ -698,6 +698,7 @@ class Comm:
                 req._info = r()
             req._poll = lambda: self._t.ready(r)
             req._cancel = lambda: self._t.cancel(r)
+            req._detached = lambda: self._t.detach(r)  # (Free: made once matched)
             return run
         return start
 

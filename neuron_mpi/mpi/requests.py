@@ -95,7 +95,7 @@ class Request:
         self._poll = None  # a receive not yet made: whether its message is here
         self._cancel = None  # a posted receive: cancel it if nothing matched it yet
         self._cancelled = False
-        self._detached = None  # Free calls it and drops ``_run`` (a synchronous send)
+        self._detached = None  # Free calls it and drops ``_run`` (a send, a receive)
         self._active = False
         self._null = True  # equal to MPI.REQUEST_NULL, false
 
@@ -200,10 +200,10 @@ class Request:
     cancel = Cancel
 
     def Free(self):
-        """Drop the request; one in flight or a receive not yet made completes
-        first (as MPI lets the operation go on, its buffers the call's until
-        then; a receive dropped would leave its message to the next one). A
-        synchronous send is dropped at once (its bytes have left)."""
+        """Drop the request. A receive goes on without it: made into its buffer
+        once a message is matched to it (now, or when one comes; the buffer is the
+        receive's until then, as in MPI). A synchronous send is dropped at once
+        (its bytes have left). A collective in flight completes first."""
         if self._detached and self._run is not None:
             self._detached()
             self._run = None

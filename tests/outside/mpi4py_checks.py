@@ -535,6 +535,22 @@ def test_synchronous_sends_any_source_receives_posted_and_cancel():
         if R == 1:
             W.Ssend(np.array([8.0]), 0, tag=5)
     W.Barrier()
+    # a freed receive goes on: the first message lands in its buffer, the next
+    # receive takes the second
+    if R == 0:
+        first, second = np.zeros(1), np.zeros(1)
+        req = W.Irecv(first, 1, tag=7)
+        req.Free()
+        assert not req
+        W.Barrier()
+        W.Recv(second, 1, tag=7)
+        assert (first[0], second[0]) == (1.0, 2.0)
+    else:
+        W.Barrier()
+        if R == 1:
+            W.Send(np.array([1.0]), 0, tag=7)
+            W.Send(np.array([2.0]), 0, tag=7)
+    W.Barrier()
 
 
 def test_sparse_exchange_with_synchronous_sends_and_ibarrier():

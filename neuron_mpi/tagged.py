@@ -36,6 +36,10 @@ ANY = -1
 _ACK = -2  # an acknowledgement of a synchronous send (header: _ACK, 0, its number)
 TAG_UB = 2 ** 31 - 1  # (Open MPI's MPI_TAG_UB; the standard's least is 32767)
 _EMPTY = np.empty(0, np.uint8)
+# the Tagged of this process (one per front-end communicator) with receives posted:
+# a wait on one communicator reads the others' streams too, so that their receives
+# are matched (and synchronous sends acknowledged) meanwhile
+_POSTING: set = set()
 
 
 def deadline():
@@ -148,7 +152,7 @@ class Tagged:
         matches ``tag`` (ANY: any) and that no receive posted before it takes;
         (its tag, its size). Waits for that message only: a posted receive whose
         message has not come does not hold it up."""
-        if not self._posted:
+        if not self._posted and not self._others():
             return self._match(src, tag, out)
         m = self._wait(lambda: self._free(src, tag), src, f"recv from {src}")
         return self._deliver(out, m)[1:]
@@ -159,7 +163,7 @@ class Tagged:
         no posted receive takes; (its source, its tag, its size).
         CollectiveTimeoutError past ``deadline`` (time.monotonic())."""
         what = _any_what("recv", tag)
-        if self._posted:
+        if self._posted or self._others():
             return self._deliver(out, self._wait(lambda: self._free(ANY, tag), ANY, what,
                                                  deadline))
         while True:  # (nothing posted: a message that fits is read straight into out)
@@ -204,6 +208,7 @@ class Tagged:
         first, but it does not wait for theirs."""
         r = Posted(self, out, src, tag)
         self._posted.append(r)
+        _POSTING.add(self)
         m = self._free(src, tag)  # (the first to have come that no receive took)
         if m is not None:
             self._bind(r, m)
@@ -223,7 +228,7 @@ class Tagged:
         (MPI_Cancel): True if it is cancelled (it will take nothing), False if it
         was made or has its message (it completes as usual)."""
         if not self.ready(r):
-            self._posted.remove(r)
+            self._drop(r)
             r.cancelled = True
             return True
         return False
@@ -290,15 +295,22 @@ class Tagged:
     def _drop(self, r: Posted) -> None:
         if r in self._posted:
             self._posted.remove(r)
+            if not self._posted:
+                _POSTING.discard(self)
         m = self._bound.pop(r, None)
         if m is not None:
             self._claimed.discard(m)
 
     def _alone(self, src) -> bool:
         """Whether a wait for a message from ``src`` may read that source's stream
-        alone: every receive posted is from ``src``, so no message from another
-        source can be matched (and, a synchronous send, acknowledged) meanwhile."""
-        return all(p.src == src for p in self._posted)
+        alone: every receive posted is from ``src`` and no other communicator has
+        receives posted, so no message from another stream can be matched (and, a
+        synchronous send, acknowledged) meanwhile."""
+        return all(p.src == src for p in self._posted) and not self._others()
+
+    def _others(self) -> bool:
+        """Whether another communicator of this process has receives posted."""
+        return len(_POSTING) > (self in _POSTING)
 
     def _candidates(self, src) -> list:
         """The messages set aside from ``src`` (ANY: from every source, in arrival
@@ -336,6 +348,7 @@ class Tagged:
         (``_alone``), else from every source (what has arrived, then asleep until
         more does; ``end``: the deadline, time.monotonic(), None for none, False
         for NEURON_MPI_TIMEOUT from now)."""
+        nap = 20e-6
         while True:
             got = find()
             if got is not None:
@@ -345,23 +358,41 @@ class Tagged:
                 continue
             if end is False:
                 end = deadline()
-            self._read(self._arrival(end, what))
+            if not self._others():
+                self._read(self._arrival(end, what))
+                continue
+            # (receives posted on other communicators: read theirs between naps)
+            for t in list(_POSTING):
+                if t is not self:
+                    t._pull_all()
+            got = self._arrival(end, what, nap)
+            if got is None:
+                nap = min(nap * 2, 1e-3)
+            else:
+                nap = 20e-6
+                self._read(got)
 
-    def _arrival(self, end, what) -> int:
+    def _arrival(self, end, what, nap=None):
         """A source whose next message has arrived (its header and the first piece
         of its bytes), asleep until there is one (Communicator.any_arrived);
-        CollectiveTimeoutError past ``end``."""
+        CollectiveTimeoutError past ``end``. ``nap``: sleep that long at most,
+        then None."""
         src = self._next_arrival()
         if src is not None:
             return src
-        left = 0 if end is None else end - time.monotonic()  # (0: no deadline)
+        now = time.monotonic()
+        left = None if end is None else end - now
         try:
-            if end is not None and left <= 0:
+            if left is not None and left <= 0:
                 raise CollectiveTimeoutError(what)
-            src = self._last = self.comm.any_arrived(2, wait=True, timeout=left,
-                                                     first=self._after())
+            wait = left if nap is None else nap if left is None else min(nap, left)
+            src = self._last = self.comm.any_arrived(
+                2, wait=True, timeout=0 if wait is None else max(wait, 1e-6),
+                first=self._after())  # (timeout 0: none)
             return src
         except CollectiveTimeoutError:
+            if nap is not None and (end is None or time.monotonic() < end):
+                return None
             raise CollectiveTimeoutError(
                 f"{what}: no message came from any of the {self.comm.size} ranks in "
                 "time") from None
@@ -435,8 +466,11 @@ class Tagged:
         is read alone (``_alone``)."""
         if src != ANY and self._alone(src):
             self._pull(src)
-        else:
-            self._pull_all()
+            return
+        self._pull_all()
+        for t in list(_POSTING):
+            if t is not self:
+                t._pull_all()
 
     def _match(self, src, tag, out) -> tuple:
         """A blocking receive's message when no receive is posted: the first set

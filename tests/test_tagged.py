@@ -369,3 +369,25 @@ def test_a_detached_receive_is_made_when_its_message_comes():
     assert b.ready(rz)
     b.detach(rz)  # (matched already: made now)
     assert z[0] == 3.0 and not b._posted
+
+
+def test_a_wait_on_one_communicator_matches_the_receives_posted_on_another(monkeypatch):
+    """Rank 0 posts a receive on communicator A, then waits on communicator W: the
+    synchronous send on A that the receive matches is read and acknowledged
+    meanwhile (a program whose ranks pass a message on W only after an A.Ssend
+    returns completes)."""
+    import neuron_mpi.tagged as T
+
+    monkeypatch.setattr(T, "_POSTING", set())
+    monkeypatch.setenv("NEURON_MPI_TIMEOUT", "0.05")
+    wa, ww = Wire(3), Wire(3)
+    a0, a1 = Tagged(wa.end(0)), Tagged(wa.end(1))
+    w0 = Tagged(ww.end(0))
+    got = np.zeros(1)
+    r = a0.post(got.view(np.uint8), 1, 0)
+    n = a1.send(_b(5.0), 0, 0, sync=True)
+    with pytest.raises(CollectiveTimeoutError):  # (rank 2 never sends on W here)
+        w0.recv(np.zeros(1).view(np.uint8), 2, 0)
+    assert a1.acked(0, n) and a0.ready(r)
+    assert r() == (1, 0, 8) and got[0] == 5.0
+    assert not T._POSTING  # (no receive posted any more)

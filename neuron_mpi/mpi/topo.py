@@ -180,44 +180,54 @@ class Cartcomm:
 
     def Neighbor_allgather(self, sendbuf, recvbuf) -> None:
         """Every neighbour's ``sendbuf`` into ``recvbuf``, block k from neighbour k
-        (per dimension, behind then ahead); a block of MPI.PROC_NULL is left as it
-        was."""
-        mine = as_bytes(Msg(sendbuf, "sendbuf").elems())
-        self._exchange([mine] * (2 * len(self._dims)), recvbuf, mine.nbytes)
+        (per dimension, behind then ahead; ``recvbuf``'s count is per neighbour,
+        as mpi4py reads it); a block of MPI.PROC_NULL is left as it was."""
+        k = 2 * len(self._dims)
+        x = Msg(sendbuf, "sendbuf").elems()
+        r = Msg(recvbuf, "recvbuf")
+        if k:
+            self._exchange([x] * k, r, r.block(k))
 
     def Neighbor_alltoall(self, sendbuf, recvbuf) -> None:
         """Block k of ``sendbuf`` to neighbour k, block k of ``recvbuf`` from it
-        (per dimension, behind then ahead); a block of MPI.PROC_NULL is left as it
-        was."""
+        (per dimension, behind then ahead; counts per neighbour, as mpi4py reads
+        them); a block of MPI.PROC_NULL is left as it was."""
         k = 2 * len(self._dims)
-        send = as_bytes(Msg(sendbuf, "sendbuf").elems())
-        if k == 0:
-            return self._exchange([], recvbuf, 0)
-        if send.nbytes % k:
-            raise InvalidArgumentError(
-                f"sendbuf: {send.nbytes} bytes do not split into {k} equal blocks")
-        b = send.nbytes // k
-        self._exchange([send[j * b:(j + 1) * b] for j in range(k)], recvbuf, b)
+        s = Msg(sendbuf, "sendbuf")
+        r = Msg(recvbuf, "recvbuf")
+        if k:
+            b = s.block(k)
+            self._exchange([s.a[j * b:(j + 1) * b] for j in range(k)], r, r.block(k))
 
-    def _exchange(self, blocks, recvbuf, nbytes) -> None:
+    def _exchange(self, blocks, r, slot) -> None:
         """Send ``blocks[k]`` to neighbour k and receive neighbour k's into block k
-        of ``recvbuf`` (``nbytes`` each): one all-to-all-v of the communicator,
-        each destination's blocks in the order of their k; a neighbour reached in
-        direction (i, -1) finds the block in its slot (i, +1) and the reverse."""
-        out = as_bytes(Msg(recvbuf, "recvbuf").elems())
+        (``slot`` elements each) of ``r`` (a Msg): one all-to-all-v of the
+        communicator, each destination's blocks in the order of their k; a
+        neighbour reached in direction (i, -1) finds the block in its slot (i, +1)
+        and the reverse."""
+        out = r.a
+        x0 = blocks[0]
+        if x0.dtype != out.dtype:
+            raise InvalidArgumentError(
+                f"recvbuf: datatype {out.dtype} differs from the send buffer's {x0.dtype}")
+        if x0.size > slot:
+            raise InvalidArgumentError(
+                f"recvbuf: {slot} elements per neighbour, fewer than the {x0.size} sent "
+                "(MPI_ERR_TRUNCATE)")
         if not out.flags.writeable:
             raise InvalidArgumentError("recvbuf: expected a writeable buffer, got a read-only one")
         nb = self._neighbours()
-        if out.nbytes < nbytes * len(nb):
+        if out.size < slot * len(nb):
             raise InvalidArgumentError(
-                f"recvbuf: {out.nbytes} bytes, fewer than the {len(nb)} blocks of {nbytes}")
+                f"recvbuf: {out.size} elements, fewer than {len(nb)} blocks of {slot}")
+        nbytes = x0.nbytes
         n = self.Get_size()
         send_counts = [0] * n
         parts = []
         for d in range(n):  # (each destination's blocks, in the order of k)
             for k, dst in enumerate(nb):
                 if dst == d:
-                    parts.append(blocks[k])
+                    parts.append(as_bytes(blocks[k]))
                     send_counts[d] += nbytes
         # a block for my slot j came from neighbour nb[j], who sent it as its block
         # j ^ 1 (the opposite direction of dimension j // 2)
@@ -228,12 +238,12 @@ class Cartcomm:
                 order.setdefault(src, []).append((j ^ 1, j))
                 recv_counts[src] += nbytes
         x = np.concatenate(parts) if parts else np.empty(0, np.uint8)
-        got = self._c.all_to_all_v(x, send_counts, recv_counts)
-        offset = 0
+        got = self._c.all_to_all_v(x, send_counts, recv_counts).view(out.dtype)
+        m, offset = x0.size, 0
         for src in range(n):
             for _, j in sorted(order.get(src, ())):
-                out[j * nbytes:(j + 1) * nbytes] = got[offset:offset + nbytes]
-                offset += nbytes
+                out[j * slot:j * slot + m] = got[offset:offset + m]
+                offset += m
 
     def Ineighbor_allgather(self, sendbuf, recvbuf):
         """Neighbor_allgather, completed at the call; returns a done Request."""

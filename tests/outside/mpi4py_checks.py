@@ -629,6 +629,24 @@ def test_cartesian_grid_halo_exchange_and_neighbour_collectives():
         assert d.dims == dims and d.coords == me
         for c in (row, d, g):
             c.Free()
+    # counts are per neighbour and in elements, as mpi4py reads them (a ring: k = 2)
+    ring = W.Create_cart([N], periods=[True])
+    nb = ring.inedges
+    recv = np.full(6, -1, np.int32)
+    ring.Neighbor_allgather([np.array([R, R, 7], np.int32), 2, MPI.INT], [recv, 2, MPI.INT])
+    assert recv.tolist() == [nb[0], nb[0], nb[1], nb[1], -1, -1]
+    send = np.arange(6, dtype=np.int32) + 10 * R
+    for count in (1, 2):
+        recv[:] = -1
+        ring.Neighbor_alltoall([send, count, MPI.INT], [recv, count, MPI.INT])
+        want = [10 * nb[k] + count * (k ^ 1) + e for k in range(2) for e in range(count)]
+        assert recv.tolist()[:2 * count] == want and recv[2 * count:].tolist() == \
+            [-1] * (6 - 2 * count), (count, recv)
+    with pytest.raises(ValueError, match="3 elements do not divide evenly among 2"):
+        ring.Neighbor_alltoall(np.arange(3, dtype=np.int32), np.zeros(3, np.int32))
+    with pytest.raises(ValueError, match="datatype"):
+        ring.Neighbor_allgather(np.zeros(1, np.int32), np.zeros(2))
+    ring.Free()
     if N > 1:  # a buffer error on one rank fails every rank's call, not only its own
         g = W.Create_cart([N], periods=[True])
         with pytest.raises(ValueError, match="recvbuf: .* fewer than" if R == 0 else

@@ -1296,10 +1296,15 @@ class Communicator:
         count = V.integer(count, "count", lo=1)
         eng = self._engine
         eng.try_progress()  # (arrivals over MPI are filed by a pass of progress)
-        n = self._p2p_recv.get(src, 0)
         with eng.held():
-            return all(eng.has((self._id, 0, self._p2p_xid(src, n + k), 0))
-                       for k in range(count))
+            return self._begun(src, count)
+
+    def _begun(self, src, count) -> bool:
+        """Whether the first piece of each of the next ``count`` messages from
+        ``src`` is here (the engine's lock held)."""
+        n = self._p2p_recv.get(src, 0)
+        return all(self._engine.has((self._id, 0, self._p2p_xid(src, n + k), 0))
+                   for k in range(count))
 
     def any_arrived(self, count=1, wait=False, timeout=None, first=0):
         """A member whose next ``count`` messages have begun to arrive here (the
@@ -1319,9 +1324,7 @@ class Communicator:
 
         def here():
             for src in order:
-                n = self._p2p_recv.get(src, 0)
-                if all(eng.has((self._id, 0, self._p2p_xid(src, n + k), 0))
-                       for k in range(count)):
+                if self._begun(src, count):
                     found.append(src)
                     return True
             return False

@@ -153,7 +153,7 @@ class Tagged:
         (its tag, its size). Waits for that message only: a posted receive whose
         message has not come does not hold it up."""
         if not self._posted and not self._others():
-            return self._match(src, tag, out)
+            return self._take(src, tag, out)[1:]
         m = self._wait(lambda: self._free(src, tag), src, f"recv from {src}")
         return self._deliver(out, m)[1:]
 
@@ -166,14 +166,7 @@ class Tagged:
         if self._posted or self._others():
             return self._deliver(out, self._wait(lambda: self._free(ANY, tag), ANY, what,
                                                  deadline))
-        while True:  # (nothing posted: a message that fits is read straight into out)
-            m = self._free(ANY, tag)
-            if m is not None:
-                return self._deliver(out, m)
-            src = self._arrival(deadline, what)
-            got = self._read(src, tag, out)
-            if got is not None:
-                return (src,) + got
+        return self._take(ANY, tag, out, deadline, what)
 
     def probe(self, src: int, tag: int) -> tuple:
         """Wait for a message from ``src`` with ``tag`` that no posted receive
@@ -329,7 +322,6 @@ class Tagged:
         A synchronous send is acknowledged (it is matched, even when too long)."""
         self._early[m.src].remove(m)
         self._all.remove(m)
-        self._claimed.discard(m)
         self._ack(m)
         _fits(m.data.nbytes, out, m.src, m.tag, self.name)
         out[:m.data.nbytes] = m.data
@@ -361,10 +353,7 @@ class Tagged:
             if not self._others():
                 self._read(self._arrival(end, what))
                 continue
-            # (receives posted on other communicators: read theirs between naps)
-            for t in list(_POSTING):
-                if t is not self:
-                    t._pull_all()
+            self._pull_others()  # (between naps: their receives are posted)
             got = self._arrival(end, what, nap)
             if got is None:
                 nap = min(nap * 2, 1e-3)
@@ -468,21 +457,28 @@ class Tagged:
             self._pull(src)
             return
         self._pull_all()
+        self._pull_others()
+
+    def _pull_others(self) -> None:
+        """Set aside what has arrived on the other communicators with receives
+        posted (matching them, and acknowledging their synchronous sends)."""
         for t in list(_POSTING):
             if t is not self:
                 t._pull_all()
 
-    def _match(self, src, tag, out) -> tuple:
-        """A blocking receive's message when no receive is posted: the first set
-        aside from ``src`` that matches, else the next to come, read straight into
-        ``out`` when it fits; (tag, size)."""
+    def _take(self, src, tag, out, end=None, what="") -> tuple:
+        """A blocking receive's message when no receive is posted on any
+        communicator, from ``src`` (ANY: any source, waiting for an arrival until
+        ``end``): the first set aside that matches, else the next to come, read
+        straight into ``out`` when it fits; (source, tag, size)."""
         while True:
-            for m in self._early.get(src, ()):
-                if tag == ANY or m.tag == tag:  # (set aside: earlier, or too long)
-                    return self._deliver(out, m)[1:]
-            got = self._read(src, tag, out)
+            m = self._free(src, tag)  # (set aside: earlier, or too long)
+            if m is not None:
+                return self._deliver(out, m)
+            frm = src if src != ANY else self._arrival(end, what)
+            got = self._read(frm, tag, out)
             if got is not None:
-                return got
+                return (frm,) + got
 
 
 def _send_ack(comm, src, number) -> None:

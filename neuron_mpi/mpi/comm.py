@@ -579,26 +579,24 @@ class Comm:
     # --- point to point -----------------------------------------------------------------
     # MPI's matching, by tag in the order sent, over headed messages: neuron_mpi.tagged
     def Send(self, buf, dest, tag=0) -> None:
+        self._send(buf, dest, tag)
+
+    def _send(self, buf, dest, tag, sync=False) -> int:
+        """Send (``sync``: synchronously; the message's number, 0 when there is
+        nothing to wait for)."""
         tag = send_tag(tag)
         if dest == _MPI.PROC_NULL:
-            return
-        self._t.send(as_bytes(Msg(buf, "buf").elems()), dest, tag)
+            return 0
+        return self._t.send(as_bytes(Msg(buf, "buf").elems()), dest, tag, sync)
 
     Bsend = Rsend = Send
 
     def Ssend(self, buf, dest, tag=0) -> None:
         """A synchronous send: returns once a receive at ``dest`` has taken the
         message (its bytes left at the call)."""
-        number = self._ssend(buf, dest, tag)
+        number = self._send(buf, dest, tag, True)
         if number:
             self._t.wait_acked(dest, number)
-
-    def _ssend(self, buf, dest, tag) -> int:
-        """Send synchronously (the message's number: nothing to wait for when 0)."""
-        tag = send_tag(tag)
-        if dest == _MPI.PROC_NULL:
-            return 0
-        return self._t.send(as_bytes(Msg(buf, "buf").elems()), dest, tag, sync=True)
 
     def Recv(self, buf, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG, status=None) -> None:
         if source == _MPI.PROC_NULL:
@@ -644,7 +642,7 @@ class Comm:
         """A synchronous send: its bytes leave at the call; the request is done once
         a receive at ``dest`` has taken the message."""
         req = Request._new()
-        req._run = self._synced(req, self._ssend(buf, dest, tag), dest)
+        req._run = self._synced(req, self._send(buf, dest, tag, True), dest)
         return req
 
     def _synced(self, req, number, dest):
@@ -704,27 +702,24 @@ class Comm:
 
     def Send_init(self, buf, dest, tag=0) -> Prequest:
         """A persistent send: each Start sends the buffer's bytes of that moment."""
-        tag = send_tag(tag)
-        if dest == _MPI.PROC_NULL:
-            return Prequest(lambda req: None)
-        m = Msg(buf, "buf")
-
-        def start(req):
-            self._t.send(as_bytes(m.elems()), dest, tag)
-        return Prequest(start)
+        return self._send_init(buf, dest, tag, False)
 
     Bsend_init = Rsend_init = Send_init
 
     def Ssend_init(self, buf, dest, tag=0) -> Prequest:
         """A persistent synchronous send: each Start sends the buffer's bytes of
         that moment; its Wait returns once a receive has taken them."""
+        return self._send_init(buf, dest, tag, True)
+
+    def _send_init(self, buf, dest, tag, sync) -> Prequest:
         tag = send_tag(tag)
-        m = Msg(buf, "buf") if dest != _MPI.PROC_NULL else None
+        if dest == _MPI.PROC_NULL:
+            return Prequest(lambda req: None)
+        m = Msg(buf, "buf")
 
         def start(req):
-            if m is not None:
-                number = self._t.send(as_bytes(m.elems()), dest, tag, sync=True)
-                return self._synced(req, number, dest)
+            number = self._t.send(as_bytes(m.elems()), dest, tag, sync)
+            return self._synced(req, number, dest)  # (None for a plain send)
         return Prequest(start)
 
     def Recv_init(self, buf, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG) -> Prequest:

@@ -395,8 +395,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def recv_anysource(self, tensors, tag=0):
         """recv/irecv with src=None: a receive from any rank, posted now (matched
         in posting order with the other receives, neuron_mpi.tagged) and made at
-        the Work's wait (its ``_source_rank()`` names the sender), polling the
-        sources."""
+        the Work's wait (its ``_source_rank()`` names the sender), asleep until a
+        message comes from some rank."""
         tag = send_tag(tag)
         if len(tensors) != 1:
             raise InvalidArgumentError(

@@ -28,6 +28,15 @@ from neuron_mpi.algorithms import registry
 WORLD_HINT = int(os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("PMI_SIZE") or 1)
 SMALL_WORLD = 8
 
+
+def waited_out(seconds: float) -> float:
+    """The deadline of a call that a test lets time out on purpose (a member that
+    never comes): ``seconds`` above SMALL_WORLD ranks, where 64 processes share 2
+    cores and the present members' own steps take a while; a third of it up to
+    SMALL_WORLD, where they take milliseconds (each such wait is idle time of the
+    test command, once per launch)."""
+    return seconds if WORLD_HINT > SMALL_WORLD else seconds / 3
+
 DTYPES = {
     "fp32": np.dtype(np.float32),
     "bf16": np.dtype(ml_dtypes.bfloat16),

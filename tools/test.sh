@@ -8,7 +8,8 @@
 # With no arguments the tests run as two pytest sessions at once: the tests that
 # launch MPI jobs and other programs, and beside them the in-process ones
 # (schedules, replay, kernels, model: one core's worth, which the first launches
-# leave idle). Its report comes after the first's; the
+# leave idle) followed by the MPI suites of 1 to 3 ranks. Its report comes after
+# the first's; the
 # exit status is non-zero when either failed. Arguments (files, -k, ...) run one
 # session with them instead, as plain pytest would.
 set -euo pipefail
@@ -33,14 +34,23 @@ INPROC=(test_algorithms test_determinism test_elide test_env test_groups test_ke
         test_layout test_model test_reliability_unit test_rooted_schedules
         test_schedules test_tagged test_topology test_transport test_vocab)
 MPI_IN_INPROC=tests/test_determinism.py::test_mpi_every_rank_and_run_same_bits_as_replay
+# the MPI suites of 1 to 3 ranks leave the 2 cores mostly idle (20-35% busy: their
+# ranks wait out the deadlines of the timeout tests), so they run at the end of the
+# in-process session instead, beside the launches
+SMALL_MPI=("tests/test_mpi_suites.py::test_mpi_suite[trn2-1]"
+           "tests/test_mpi_suites.py::test_mpi_suite[trn2-2]"
+           "tests/test_mpi_suites.py::test_mpi_suite[trn2-3-nonstrict]")
 # the launching files in this order: first those whose launches wait more than
 # they compute (about half the 2 cores idle), beside which the in-process session
 # finds room; then the MPI suites, which keep both cores busy; then every other
 # file (the fault matrix, whose bounds are timed, after the in-process session)
 EARLY=(test_bench test_cli test_install test_launcher test_picture test_trace)
-inproc=() launches=()
+inproc=() launches=() small=()
 for f in "${INPROC[@]}"; do
   inproc+=("tests/$f.py")
+done
+for t in "${SMALL_MPI[@]}"; do
+  small+=(--deselect "$t")
 done
 for f in "${EARLY[@]}"; do
   launches+=("tests/$f.py")
@@ -55,10 +65,10 @@ done
 log=$(mktemp -t neuron_mpi_inproc.XXXXXX)
 trap 'rm -f "$log"' EXIT
 .venv/bin/python -m pytest -p no:cacheprovider --basetemp="$PWD/.pytest_inproc" \
-  --deselect "$MPI_IN_INPROC" "${inproc[@]}" > "$log" 2>&1 &
+  --deselect "$MPI_IN_INPROC" "${inproc[@]}" "${SMALL_MPI[@]}" > "$log" 2>&1 &
 inproc_pid=$!
 set +e
-.venv/bin/python -m pytest "${launches[@]}" "$MPI_IN_INPROC"
+.venv/bin/python -m pytest "${small[@]}" "${launches[@]}" "$MPI_IN_INPROC"
 launched=$?
 wait "$inproc_pid"
 in_process=$?

@@ -18,6 +18,7 @@ import atexit
 import functools
 import hashlib
 import math
+import os
 import time
 import weakref
 
@@ -1329,15 +1330,65 @@ class Communicator:
                     return True
             return False
 
-        eng.try_progress()  # (arrivals over MPI are filed by a pass of progress)
-        with eng.held():
-            if here() or not wait:
-                return found[0] if found else None
+        if not wait:
+            eng.try_progress()  # (arrivals over MPI are filed by a pass of progress)
+            with eng.held():
+                return found[0] if here() else None
+        if self._soon(here):
+            return found[0]
         seconds, deadline = self._p2p_deadline(timeout)
         eng.drive(here, deadline, lambda: CollectiveTimeoutError(
             f"any_arrived: no message came from any of the {self.size} ranks in "
             f"{seconds:g} s"))
         return found[0]
+
+    def _soon(self, here) -> bool:
+        """Whether ``here()`` (called with the engine's lock held) is true after a
+        pass of progress, or becomes so while this thread yields the CPU up to
+        NEURON_MPI_SHM_SPIN times, as a compiled run waits before it sleeps: a
+        message that comes meanwhile (a ping-pong's reply) costs no wake-up. (Over
+        MPI, nothing arrives without progress: the drive loop's to make.)"""
+        eng = self._engine
+        eng.try_progress()  # (arrivals over MPI are filed by a pass of progress)
+        with eng.held():
+            if here():
+                return True
+        if eng.mpi is None and eng.shm is not None:
+            for _ in range(eng.shm.spin):
+                os.sched_yield()
+                with eng.held():
+                    if here():
+                        return True
+        return False
+
+    def incoming(self, src, timeout=None) -> int:
+        """The size in bytes of the next message from ``src``, without taking it,
+        once its first piece is here (waiting for it until ``timeout`` seconds,
+        None: NEURON_MPI_TIMEOUT, as ``recv``): for a front-end whose receive learns
+        the size from the message (a ``recv`` of exactly that size takes it)."""
+        self._ensure_usable()
+        src = V.rank(src, self.size, "src")
+        eng = self._engine
+        n = self._p2p_recv.get(src, 0)
+        key = (self._id, 0, self._p2p_xid(src, n), 0)
+        got: list = []
+
+        def here():
+            total = eng.total_of(key)
+            if total is None:
+                return False
+            got.append(total)
+            return True
+
+        if self._soon(here):
+            return got[0]
+        seconds, deadline = self._p2p_deadline(timeout)
+        try:
+            eng.drive(here, deadline, lambda: self._recv_timeout(n, src, seconds))
+        except CollectiveTimeoutError as e:
+            self._fail(e)
+            raise
+        return got[0]
 
     def sendrecv(self, x, dst, out, src, timeout=None):
         """Send ``x`` to ``dst`` and receive the next message from ``src`` into ``out``

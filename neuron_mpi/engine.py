@@ -361,6 +361,14 @@ class Engine:
             if self.shm is not None:  # and those in this rank's slots (later ones: unblock)
                 self.shm.drop(self._dead_ids)
 
+    def total_of(self, key) -> int | None:
+        """The size in bytes of the transfer whose piece ``key`` has arrived (call
+        with the lock held), or None; the piece stays where it is for take()."""
+        a = self.inbox.get(key)
+        if a is not None:
+            return a.total
+        return None if self.shm is None else self.shm.total_of(key)
+
     def has(self, key) -> bool:
         """Whether the piece with this key has arrived (call with the lock held);
         it stays where it is for take()."""

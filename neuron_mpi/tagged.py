@@ -1,8 +1,12 @@
 """Tagged point to point over a Communicator, for the front-ends (mpi4py's and
 torch.distributed's), which match messages by tag and source as MPI does.
 
-Every message is two: a header (its tag, its size and its synchronous-send
-number, three int64) and its bytes. A receive takes the first message from its
+Every message has a header: its tag, its size and its synchronous-send number
+(three int64). A message of at most JOINED bytes goes as one Communicator message,
+its header then its bytes (each side copies them once more, which costs less than
+a second message); a larger one as two, the header alone, then its bytes, which
+the receive reads straight into its buffer. A receive learns which from the size
+of what comes (Communicator.incoming). A receive takes the first message from its
 source (ANY: any source) whose tag matches (ANY: any), in the order sent, into a
 buffer at least its size; the messages it passes over wait, in order, for the
 receives that match them.
@@ -36,6 +40,9 @@ ANY = -1
 _ACK = -2  # an acknowledgement of a synchronous send (header: _ACK, 0, its number)
 TAG_UB = 2 ** 31 - 1  # (Open MPI's MPI_TAG_UB; the standard's least is 32767)
 _EMPTY = np.empty(0, np.uint8)
+_HEAD = 24  # bytes of a message's header: its tag, size and synchronous-send number
+JOINED = 32 * 1024  # a message of at most this many bytes goes with its header, as one
+_POOLED = 16  # buffers of joined messages kept per direction (by size: repeated calls)
 # the Tagged of this process (one per front-end communicator) with receives posted:
 # a wait on one communicator reads the others' streams too, so that their receives
 # are matched (and synchronous sends acknowledged) meanwhile
@@ -111,6 +118,8 @@ class Tagged:
         self._synced: dict = {}  # destination -> synchronous sends numbered so far
         self._acks: dict = {}  # source -> numbers of our synchronous sends it took
         self._forget: dict = {}  # source -> numbers whose acknowledgement nobody awaits
+        self._outs: dict = {}  # size -> (buffer, header, bytes) of joined messages sent
+        self._ins: dict = {}  # ... and received (the same arrays again: kept calls)
 
     # --- sends ------------------------------------------------------------------------
     def send(self, data: np.ndarray, dst: int, tag: int, sync: bool = False) -> int:
@@ -120,9 +129,21 @@ class Tagged:
         number = 0
         if sync:
             number = self._synced[dst] = self._synced.get(dst, 0) + 1
-        self.comm.send(np.array([tag, data.nbytes, number], np.int64), dst)
-        self.comm.send(data, dst)
+        self._post(dst, tag, data, number)
         return number
+
+    def _post(self, dst, tag, data, number) -> None:
+        """Send a message: with its header as one Communicator message when it has
+        at most JOINED bytes, else the header alone and then its bytes."""
+        n = data.nbytes
+        if n <= JOINED:
+            buf, head, body = _pooled(self._outs, _HEAD + n)
+            head[0], head[1], head[2] = tag, n, number
+            body[...] = data
+            self.comm.send(buf, dst)  # (returns once its bytes have left buf)
+        else:
+            self.comm.send(np.array([tag, n, number], np.int64), dst)
+            self.comm.send(data, dst)
 
     def acked(self, dst: int, number: int) -> bool:
         """Whether a receive at ``dst`` has taken our synchronous send ``number``.
@@ -330,7 +351,7 @@ class Tagged:
     def _ack(self, m: _Message) -> None:
         """Acknowledge ``m`` if it is a synchronous send not yet acknowledged."""
         if m.sync:
-            _send_ack(self.comm, m.src, m.sync)
+            self._post(m.src, _ACK, _EMPTY, m.sync)
             m.sync = 0
 
     # --- reading the streams ----------------------------------------------------------
@@ -362,8 +383,9 @@ class Tagged:
                 self._read(got)
 
     def _arrival(self, end, what, nap=None):
-        """A source whose next message has arrived (its header and the first piece
-        of its bytes), asleep until there is one (Communicator.any_arrived);
+        """A source whose next message has arrived (its header: the bytes of a
+        message sent apart follow it), asleep until there is one
+        (Communicator.any_arrived);
         CollectiveTimeoutError past ``end``. ``nap``: sleep that long at most,
         then None."""
         src = self._next_arrival()
@@ -376,7 +398,7 @@ class Tagged:
                 raise CollectiveTimeoutError(what)
             wait = left if nap is None else nap if left is None else min(nap, left)
             src = self._last = self.comm.any_arrived(
-                2, wait=True, timeout=0 if wait is None else max(wait, 1e-6),
+                wait=True, timeout=0 if wait is None else max(wait, 1e-6),
                 first=self._after())  # (timeout 0: none)
             return src
         except CollectiveTimeoutError:
@@ -387,20 +409,27 @@ class Tagged:
                 "time") from None
 
     def _read(self, src, tag=None, out=None):
-        """Read the next message from ``src`` (waiting for it): straight into
-        ``out`` when ``tag`` is given and matches and the message fits (its tag and
-        size returned); else set it aside, or note the acknowledgement it is
-        (None)."""
-        hdr = np.empty(3, np.int64)
-        self.comm.recv(hdr, src)
-        t, n, number = (int(v) for v in hdr)
+        """Read the next message from ``src`` (waiting for it): into ``out`` when
+        ``tag`` is given and matches and the message fits (its tag and size
+        returned); else set it aside, or note the acknowledgement it is (None)."""
+        size = self.comm.incoming(src)
+        buf, head, body = _pooled(self._ins, size)
+        self.comm.recv(buf, src)
+        t, n, number = int(head[0]), int(head[1]), int(head[2])
+        joined = size == _HEAD + n  # (else the header alone: its bytes come next)
         if tag is not None and t != _ACK and (tag == ANY or t == tag) and n <= out.nbytes:
-            self.comm.recv(out[:n], src)
+            if joined:
+                out[:n] = body
+            else:
+                self.comm.recv(out[:n], src)
             if number:
-                _send_ack(self.comm, src, number)
+                self._post(src, _ACK, _EMPTY, number)
             return t, n
-        data = np.empty(n, np.uint8)
-        self.comm.recv(data, src)
+        if joined:
+            data = body.copy()
+        else:
+            data = np.empty(n, np.uint8)
+            self.comm.recv(data, src)
         self._keep(src, t, data, number)
         return None
 
@@ -425,9 +454,9 @@ class Tagged:
                 break
 
     def _pull(self, src) -> None:
-        """Set aside every message from ``src`` that has arrived (its header and the
-        first piece of its bytes), without waiting for one that has not."""
-        while self.comm.arrived(src, 2):
+        """Set aside every message from ``src`` that has arrived (its header),
+        without waiting for one that has not."""
+        while self.comm.arrived(src):
             self._read(src)
 
     def _pull_all(self) -> None:
@@ -441,7 +470,7 @@ class Tagged:
     def _next_arrival(self):
         """A source whose next message has arrived, looking first after the one
         found last (so that one busy sender does not hide the others), or None."""
-        src = self.comm.any_arrived(2, first=self._after())
+        src = self.comm.any_arrived(first=self._after())
         if src is not None:
             self._last = src
         return src
@@ -481,9 +510,17 @@ class Tagged:
                 return (frm,) + got
 
 
-def _send_ack(comm, src, number) -> None:
-    comm.send(np.array([_ACK, 0, number], np.int64), src)
-    comm.send(_EMPTY, src)
+def _pooled(pool: dict, size: int) -> tuple:
+    """A buffer of ``size`` bytes from ``pool`` (the same one for every message of
+    that size, so that the Communicator's kept calls repeat), with views of its
+    header (int64) and of its bytes."""
+    got = pool.get(size)
+    if got is None:
+        if len(pool) >= _POOLED:
+            pool.clear()
+        buf = np.empty(size, np.uint8)
+        got = pool[size] = (buf, buf[:_HEAD].view(np.int64), buf[_HEAD:])
+    return got
 
 
 def _fits(n: int, out: np.ndarray, src, tag, name) -> None:

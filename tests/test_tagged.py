@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from neuron_mpi.errors import CollectiveTimeoutError, InvalidArgumentError
-from neuron_mpi.tagged import ANY, Tagged, send_tag
+from neuron_mpi.tagged import ANY, JOINED, Tagged, send_tag
 
 
 class Wire:
@@ -33,6 +33,12 @@ class Wire:
                 assert msg.nbytes == out.nbytes, "a receive of the wrong size"
                 out.reshape(-1).view(np.uint8)[...] = msg
                 return out
+
+            def incoming(self, src):
+                q = wire.q[(me, src)]
+                if not q:  # (one thread: nothing more can come while this waits)
+                    raise CollectiveTimeoutError(f"recv from {src}: nothing came")
+                return q[0].nbytes
 
             def arrived(self, src, count=1):
                 return len(wire.q[(me, src)]) >= count
@@ -67,6 +73,32 @@ def test_tags_match_out_of_order_and_in_order_per_tag():
     assert b.recv(out.view(np.uint8), 0, ANY) == (11, 8) and out[0] == 3.0
     assert b.probe(0, ANY) == (7, 8)
     assert b.recv(out.view(np.uint8), 0, 7) == (7, 8) and out[0] == 4.0
+
+
+def test_small_messages_go_with_their_header_and_large_ones_apart():
+    """A message of at most JOINED bytes is one Communicator message (its header,
+    then its bytes), a larger one two (the header alone, then the bytes); either is
+    received exact, and messages set aside stay intact while later ones of the same
+    size come through the same receive buffer."""
+    w = Wire()
+    a, b = Tagged(w.end(0)), Tagged(w.end(1))
+    small = (np.arange(JOINED) % 251).astype(np.uint8)
+    big = (np.arange(JOINED + 1) % 241).astype(np.uint8)
+    a.send(small, 1, 1)
+    assert len(w.q[(1, 0)]) == 1 and w.q[(1, 0)][0].nbytes == 24 + JOINED
+    a.send(big, 1, 2)
+    assert len(w.q[(1, 0)]) == 3 and w.q[(1, 0)][1].nbytes == 24
+    a.send(small[::-1].copy(), 1, 1)
+    a.send(big[::-1].copy(), 1, 2)
+    out = np.empty(JOINED + 1, np.uint8)
+    assert b.recv(out, 0, 2) == (2, JOINED + 1) and (out == big).all()  # (sets 1 aside)
+    assert b.recv(out, 0, 2) == (2, JOINED + 1) and (out == big[::-1]).all()
+    got = np.empty(JOINED, np.uint8)
+    assert b.recv(got, 0, 1) == (1, JOINED) and (got == small).all()
+    assert b.recv(got, 0, 1) == (1, JOINED) and (got == small[::-1]).all()
+    a.send(small[:0], 1, 3)  # an empty message: its header alone, joined
+    assert w.q[(1, 0)][0].nbytes == 24 and b.recv(got, 0, ANY) == (3, 0)
+    assert not any(w.q.values())
 
 
 def test_larger_buffer_takes_the_message_and_smaller_is_refused():
@@ -127,11 +159,12 @@ def test_bad_send_tags_are_refused(tag):
 
 
 def test_a_posted_receive_is_ready_once_its_messages_are_here_and_iprobe_waits_for_none():
-    """ready() and iprobe() never wait: a posted receive is ready once the message
-    MPI's matching gives it is here (each receive, in posting order, the first
-    that fits), whether or not those posted before it have theirs; iprobe reports only a
-    message no posted receive will take, and only once its bytes have begun to
-    arrive too."""
+    """ready() and iprobe() wait for no message that has not come: a posted receive
+    is ready once the message MPI's matching gives it is here (each receive, in
+    posting order, the first that fits), whether or not those posted before it
+    have theirs; iprobe reports only a message no posted receive will take. A
+    message is here once its header is (the bytes of one sent apart follow it at
+    once: they are read then)."""
     w = Wire()
     a, b = Tagged(w.end(0)), Tagged(w.end(1))
     x, y = np.zeros(1), np.zeros(1)
@@ -142,8 +175,7 @@ def test_a_posted_receive_is_ready_once_its_messages_are_here_and_iprobe_waits_f
     # (my takes it: mx, posted first, waits for tag 5)
     assert not b.ready(mx) and b.ready(my) and b.iprobe(0, 7) is None
     w.q[(1, 0)].append(np.array([5, 8, 0], np.int64).view(np.uint8))  # a header alone
-    assert not b.ready(mx)
-    w.q[(1, 0)].append(_b(5.0))  # and its bytes
+    w.q[(1, 0)].append(_b(5.0))  # and its bytes, as a message larger than JOINED goes
     assert b.ready(mx) and b.ready(my) and b.iprobe(0, ANY) is None
     a.send(_b(9.0, 9.5), 1, 9)
     assert b.iprobe(0, 9) == (9, 16) and b.iprobe(0, ANY) == (9, 16)

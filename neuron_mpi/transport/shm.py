@@ -51,6 +51,7 @@ class ShmTransport:
         self.L = seg.L
         self.K = seg.layout.K
         self.S = seg.layout.S
+        self.spin = spin  # (NEURON_MPI_SHM_SPIN: yields before a wait sleeps)
         self.seg8 = np.frombuffer(seg.buf, np.uint8)
         self.g = native.geometry(seg.layout, self.me, me_world, os.getpid(), spin)
         self.gen = np.zeros(1, np.int64)
@@ -186,6 +187,12 @@ class ShmTransport:
         """Whether the piece with this key is in one of this rank's slots (left
         there: a piece still in its sender's memory is not read)."""
         return self._find(key) >= 0
+
+    def total_of(self, key) -> int | None:
+        """The size in bytes of the transfer whose piece ``key`` is in one of this
+        rank's slots (its header's total), or None."""
+        slot = self._find(key)
+        return None if slot < 0 else int(self.seg.hdr[slot, 5])  # (_arrival's order)
 
     def _find(self, key) -> int:
         return native.find(self.seg8, self.g, key[0], key[1], key[2], key[3])

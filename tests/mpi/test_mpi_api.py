@@ -1020,6 +1020,45 @@ def test_any_arrived_finds_a_sender_and_waits_for_one(comm):
     comm.barrier()
 
 
+def test_incoming_gives_the_next_messages_size_and_leaves_it(comm):
+    """``incoming(src)`` waits for the next message from ``src`` (rank 1 sends 0.3 s
+    late) and gives its size in bytes, leaving it for ``recv`` (a small message and
+    one of many pieces, the next one's size once the first is received); a bad
+    source is named; with nothing coming it times out as ``recv`` does, naming the
+    message, and fails its communicator."""
+    import time
+
+    import neuron_mpi as nm
+
+    n = comm.size
+    if n < 2 or n > SMALL_WORLD:
+        pytest.skip("point to point between ranks 0 and 1: ran at 2 to 8 ranks")
+    small = np.arange(5, dtype=np.float32)
+    big = np.arange(100_000, dtype=np.float32)  # (more than a slot: many pieces)
+    if comm.rank == 0:
+        with pytest.raises(nm.InvalidArgumentError, match="src"):
+            comm.incoming(n)
+        comm.barrier()
+        assert comm.incoming(1, timeout=60) == small.nbytes
+        assert comm.incoming(1) == small.nbytes  # (still there)
+        assert_same(comm.recv(np.empty_like(small), 1), small, "recv after incoming")
+        assert comm.incoming(1, timeout=60) == big.nbytes
+        assert_same(comm.recv(np.empty_like(big), 1), big, "recv after incoming")
+    else:
+        comm.barrier()
+        if comm.rank == 1:
+            time.sleep(0.3)
+            comm.send(small, 0)
+            comm.send(big, 0)
+    sub = comm.split([list(range(n))])
+    if sub.rank == 0:
+        with pytest.raises(nm.CollectiveTimeoutError, match="recv \\(message 0 from rank 1\\)"):
+            sub.incoming(1, timeout=0.05)
+        with pytest.raises(nm.CommunicatorFailedError):
+            sub.incoming(1, timeout=60)
+    comm.barrier()
+
+
 def test_arrived_says_whether_messages_are_here_without_waiting(comm):
     """``arrived(src, count)`` never waits: False before the sender has sent (it
     waits in a barrier), True once the first piece of each of the next ``count``

@@ -109,6 +109,14 @@ class Control:
         ``deadline`` raises ``expired()`` with the absent members named."""
         if self._board is not None or vec.size > FP_WORDS:
             return self.allgather(vec, seq, 0, deadline, expired)
+        # every member's vector as long, whatever call it makes (as a board's rows
+        # are): a member refusing its call (status 1) sends a fingerprint without
+        # all-to-all-v's words; the table's words past this member's are the others'
+        k = vec.size
+        return self._agree_routed(np.append(vec, np.zeros(FP_WORDS - k, np.int64)), nf, seq,
+                                  deadline, expired)[:, :k]
+
+    def _agree_routed(self, vec, nf, seq, deadline, expired) -> np.ndarray:
         sp = self._split
         if sp is _UNDECIDED:
             # the first call decides, alike on every member: a word beside the

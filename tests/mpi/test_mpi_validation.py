@@ -236,6 +236,32 @@ def test_an_async_call_refused_by_one_rank_keeps_the_communicator_everywhere(com
 
 
 @pytest.mark.mpi(min_size=2)
+def test_a_front_ends_refusal_beside_an_all_to_all_v_fails_every_rank_alike(comm):
+    """A front-end refuses its call on rank 0 (Communicator.refuse, under the
+    front-end's name: the facade's Neighbor_allgather) while the others are in the
+    all-to-all-v that call makes, whose agreement carries a word more (its count
+    check): every rank raises InvalidArgumentError naming rank 0, on a board and
+    where agreements are routed (every member's vector as long there, as on a
+    board: the lengths differed, and the others raised a transport error), and
+    every rank keeps the communicator."""
+    sub = _fresh(comm)
+    n = sub.size
+    x = np.arange(n, dtype=np.float32)
+    # (rank j sends x + j: its element r, r + j, comes to rank r as row j)
+    assert_same(sub.all_to_all_v(x + sub.rank, [1] * n, [1] * n, timeout=60),
+                x + sub.rank, "all_to_all_v before it")  # (across domains: the next
+    with pytest.raises(nm.InvalidArgumentError) as info:  # agreement has two levels)
+        if sub.rank == 0:
+            sub.refuse("Neighbor_allgather", nm.InvalidArgumentError("recvbuf: too small"))
+        sub.all_to_all_v(x, [1] * n, [1] * n, timeout=60)
+    if sub.rank != 0:
+        assert "rank(s) 0" in str(info.value), str(info.value)
+    assert sub._failed is None, f"the communicator failed: {sub._failed}"
+    got = sub.all_to_all_v(x + sub.rank, [1] * n, [1] * n, timeout=60)
+    assert_same(got, x + sub.rank, "all_to_all_v after it")
+
+
+@pytest.mark.mpi(min_size=2)
 def test_a_refusal_whose_agreement_times_out_fails_the_refusing_rank_too(comm):
     """Rank 0 refuses its arguments and the last rank never makes the call: the
     others time out and fail the communicator, and so does rank 0 (it raises its

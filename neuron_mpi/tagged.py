@@ -38,6 +38,9 @@ from .errors import CollectiveTimeoutError, InvalidArgumentError
 
 ANY = -1
 _ACK = -2  # an acknowledgement of a synchronous send (header: _ACK, 0, its number)
+_BARRIER = -3  # a message of a Barrier (below)
+# (the negative tags are the module's own: a receive or probe of ANY tag never
+# takes their messages)
 TAG_UB = 2 ** 31 - 1  # (Open MPI's MPI_TAG_UB; the standard's least is 32767)
 _EMPTY = np.empty(0, np.uint8)
 _HEAD = 24  # bytes of a message's header: its tag, size and synchronous-send number
@@ -336,7 +339,8 @@ class Tagged:
         matches ``tag`` and that no posted receive takes, or None."""
         claimed = self._claimed
         return next((m for m in self._candidates(src)
-                     if m not in claimed and (tag == ANY or m.tag == tag)), None)
+                     if m not in claimed and (m.tag >= 0 if tag == ANY else m.tag == tag)),
+                    None)
 
     def _deliver(self, out: np.ndarray, m: _Message) -> tuple:
         """The message ``m``, set aside, into ``out`` (bytes); (source, tag, size).
@@ -417,7 +421,7 @@ class Tagged:
         self.comm.recv(buf, src)
         t, n, number = int(head[0]), int(head[1]), int(head[2])
         joined = size == _HEAD + n  # (else the header alone: its bytes come next)
-        if tag is not None and t != _ACK and (tag == ANY or t == tag) and n <= out.nbytes:
+        if tag is not None and (t >= 0 if tag == ANY else t == tag) and n <= out.nbytes:
             if joined:
                 out[:n] = body
             else:
@@ -449,7 +453,8 @@ class Tagged:
         self._early.setdefault(src, []).append(m)
         self._all.append(m)
         for r in self._posted:
-            if r.src in (src, ANY) and (r.tag == ANY or r.tag == tag) and r not in self._bound:
+            if r.src in (src, ANY) and (tag >= 0 if r.tag == ANY else r.tag == tag) and \
+                    r not in self._bound:
                 self._bind(r, m)
                 break
 
@@ -508,6 +513,48 @@ class Tagged:
             got = self._read(frm, tag, out)
             if got is not None:
                 return (frm,) + got
+
+
+class Barrier:
+    """A barrier of point-to-point messages, in flight from its start: in round k
+    every rank sends to rank + 2**k and receives from rank - 2**k (dissemination:
+    ceil(log2 n) rounds). ``poll`` moves it on as far as its messages allow and
+    says whether it is over; ``wait`` waits for it (NEURON_MPI_TIMEOUT: a round's
+    receive raises CollectiveTimeoutError). It matches only another Barrier on
+    the same Tagged (as MPI_Ibarrier matches only MPI_Ibarrier); its messages carry
+    a tag of this module's, which no receive of ANY tag takes."""
+
+    def __init__(self, tagged: Tagged, rank: int, size: int):
+        self._t, self._me, self._n = tagged, rank, size
+        self._step = 1
+        self._r = None  # the round's posted receive; None once over
+        if size > 1:
+            self._round()
+
+    def _round(self) -> None:
+        t, step = self._t, self._step
+        t.send(_EMPTY, (self._me + step) % self._n, _BARRIER)
+        self._r = t.post(_EMPTY, (self._me - step) % self._n, _BARRIER)
+
+    def _next(self) -> None:
+        self._r()  # (made: its message is here, or waited for)
+        self._r = None
+        self._step *= 2
+        if self._step < self._n:
+            self._round()
+
+    def poll(self) -> bool:
+        """Move on without waiting for a message that has not come; whether the
+        barrier is over (every rank has started it)."""
+        while self._r is not None:
+            if not self._t.ready(self._r):
+                return False
+            self._next()
+        return True
+
+    def wait(self) -> None:
+        while self._r is not None:
+            self._next()
 
 
 def _pooled(pool: dict, size: int) -> tuple:

@@ -107,5 +107,24 @@ def test_mpi4py_suites(suite_dir, ranks):
         f"expected {want}: {counts}\n{_tail(out)}")
 
 
+@pytest.mark.slow
+def test_our_checks_where_agreements_are_routed():
+    """Our checks at 3 ranks with every hop over MPI (NEURON_MPI_TRANSPORT=mpi),
+    where a communicator's agreements are routed, as between hosts: there the NBX
+    exchange's Ibarrier is a barrier of point-to-point messages (its own async
+    barrier would return only once every member had called it, and the exchange
+    stalled), and one rank's refusal of a neighbour collective fails every rank
+    alike (its agreement vector was shorter than the others' all-to-all-v's)."""
+    argv = [mpiexec(), "-n", "3", sys.executable, "-m", "neuron_mpi.mpi", "-m", "pytest",
+            "-p", "no:cacheprovider", "-q", "--color=no", "--tb=short", "--timeout=120",
+            str(CHECKS)]
+    rc, out, secs = launch(argv, base_env({"NEURON_MPI_STRICT": "0",
+                                           "NEURON_MPI_TRANSPORT": "mpi"}), 300)
+    counts = summary_counts(out)
+    print(f"mpi4py checks, 3 ranks over MPI: {counts}, {secs:.1f} s")
+    assert rc == 0, f"mpiexec exited {rc} after {secs:.0f} s\n{_tail(out)}"
+    assert counts == {"passed": 20}, f"{counts}\n{_tail(out)}"
+
+
 def _files(ranks: int) -> list:
     return [f for f in UPSTREAM if ranks < 3 or f not in SMALL_ONLY]

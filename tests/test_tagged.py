@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from neuron_mpi.errors import CollectiveTimeoutError, InvalidArgumentError
-from neuron_mpi.tagged import ANY, JOINED, Tagged, send_tag
+from neuron_mpi.tagged import ANY, JOINED, Barrier, Tagged, send_tag
 
 
 class Wire:
@@ -423,3 +423,33 @@ def test_a_wait_on_one_communicator_matches_the_receives_posted_on_another(monke
     assert a1.acked(0, n) and a0.ready(r)
     assert r() == (1, 0, 8) and got[0] == 5.0
     assert not T._POSTING  # (no receive posted any more)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_a_barrier_of_messages_is_over_once_every_rank_started_it(n):
+    """Barrier (dissemination rounds of point-to-point messages): while one rank has
+    not started it, no rank's poll says it is over, however often polled; once it
+    has, polling every rank ends it on every rank. A second barrier after it works
+    alike (its messages match in order); and a receive or probe of ANY tag never
+    takes a barrier's messages."""
+    w = Wire(n)
+    ts = [Tagged(w.end(r)) for r in range(n)]
+    late = n - 1
+    for _ in range(2):
+        bs = {r: Barrier(ts[r], r, n) for r in range(n) if r != late}
+        for _ in range(3):
+            assert not any(b.poll() for b in bs.values())
+        out = np.zeros(1)
+        for r in range(n - 1):  # (a user's message beside the barrier's)
+            ts[late].send(_b(float(r)), r, 9)
+            assert ts[r].probe(late, ANY) == (9, 8)
+            assert ts[r].recv(out.view(np.uint8), late, ANY) == (9, 8) and out[0] == r
+        assert ts[late].iprobe_any(ANY) is None  # (barrier messages are there)
+        bs[late] = Barrier(ts[late], late, n)
+        for _ in range(n):
+            done = [b.poll() for b in bs.values()]
+        assert all(done)
+        for b in bs.values():
+            b.wait()  # (over: returns at once)
+    assert not any(w.q.values()) and all(not t._posted for t in ts)
+

@@ -10,7 +10,7 @@ from mpi4py import MPI as _MPI
 from .. import kernels
 from ..kernels.reference import UFUNCS as _UFUNC
 from ..errors import InvalidArgumentError
-from ..tagged import ANY, Tagged, deadline, send_tag
+from ..tagged import ANY, Barrier, Tagged, deadline, send_tag
 from .buffers import Msg, as_bytes, is_in_place, place, real_parts
 from .requests import Prequest, Request, done, not_emulated, set_status, started
 from .topo import Cartcomm as _Grid
@@ -260,8 +260,19 @@ class Comm:
         self._c.barrier()
 
     def Ibarrier(self) -> Request:
-        """In flight: done once every member has called Ibarrier (or Barrier)."""
-        return started(self._c.barrier(async_op=True))
+        """In flight: done once every member has called Ibarrier. Where the
+        communicator's agreements are routed (NEURON_MPI_TRANSPORT=mpi, or members
+        on several hosts or shared-memory domains), where its own async barrier
+        would return only once every member had called it, a barrier of
+        point-to-point messages (tagged.Barrier) that this rank's point-to-point
+        calls (Test, Wait, Iprobe, receives) move on."""
+        c = self._c
+        if c.size > 1 and not c._control.on_board:
+            b = Barrier(self._t, c.rank, c.size)
+            r = Request._new(run=b.wait)
+            r._poll = b.poll
+            return r
+        return started(c.barrier(async_op=True))
 
     @_agreed
     def Bcast(self, buf, root=0) -> None:

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 from mpi4py import MPI as _MPI
 
-from .comm import Cartcomm, Comm, Intracomm  # noqa: F401
+from .comm import Cartcomm, Comm, Distgraphcomm, Graphcomm, Intracomm  # noqa: F401
 from .requests import NotEmulatedError, Prequest, Request  # noqa: F401
 
-_EMULATED = ("COMM_WORLD", "COMM_SELF", "Comm", "Intracomm", "Cartcomm", "Request", "Prequest",
+_EMULATED = ("COMM_WORLD", "COMM_SELF", "Comm", "Intracomm", "Cartcomm", "Graphcomm",
+             "Distgraphcomm", "Request", "Prequest",
              "MPI", "NotEmulatedError")
 _STATE: dict = {}
 

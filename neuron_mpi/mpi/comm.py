@@ -14,7 +14,9 @@ from ..tagged import ANY, Barrier, Tagged, deadline, send_tag
 from .buffers import Msg, as_bytes, is_in_place, place, real_parts
 from .requests import Prequest, Request, done, not_emulated, set_status, started
 from .topo import Cartcomm as _Grid
-from .topo import grid_args
+from .topo import Distgraphcomm as _DistGraph
+from .topo import Graphcomm as _Graph
+from .topo import dist_graph_adjacent_args, dist_graph_edges, graph_args, grid_args
 
 _OPS = None
 
@@ -104,6 +106,12 @@ class Comm:
     """An mpi4py-style intracommunicator over a neuron_mpi Communicator."""
 
     def __init__(self, nc, name=""):
+        if isinstance(nc, Comm):  # MPI.Comm(comm): another handle of the same one
+            if type(self) is not Comm and not isinstance(nc, type(self)):
+                raise TypeError(f"{type(self).__name__}: expected a communicator of that "
+                                f"topology, got a {type(nc).__name__}")
+            self.__dict__.update(nc.__dict__)
+            return
         self._c = nc
         self._t = Tagged(nc)  # its point to point, matched by tag
         self._name = name
@@ -197,6 +205,56 @@ class Comm:
         dims, periods = grid_args(dims, periods, self._c.size)
         sub = self._c.split([list(range(math.prod(dims)))])
         return _MPI.COMM_NULL if sub is None else Cartcomm._with_grid(sub, dims, periods)
+
+    def Create_graph(self, index, edges, reorder=False):
+        """MPI_Graph_create (collective, the same arguments on every rank): a
+        Graphcomm over the first nnodes ranks in order (``reorder`` changes
+        nothing); the other ranks get MPI.COMM_NULL. ``index`` may start with 0
+        (mpi4py's reading of an index of nnodes + 1 entries)."""
+        index, edges = graph_args(index, edges, self._c.size)
+        if not index:
+            return _MPI.COMM_NULL
+        sub = self._c.split([list(range(len(index)))])
+        return _MPI.COMM_NULL if sub is None else Graphcomm._with_graph(sub, index, edges)
+
+    def Graph_map(self, index, edges) -> int:
+        """This rank's rank in Create_graph(index, edges): the same, or
+        MPI.UNDEFINED past the graph's nodes."""
+        index, _ = graph_args(index, edges, self._c.size)
+        return self._c.rank if self._c.rank < len(index) else _MPI.UNDEFINED
+
+    def Create_dist_graph_adjacent(self, sources, destinations, sourceweights=None,
+                                   destweights=None, info=None, reorder=False):
+        """MPI_Dist_graph_create_adjacent (collective; each rank gives its own
+        sources and destinations): a Distgraphcomm over every rank, in order. An
+        argument error on one rank fails every rank's call."""
+        c = self._c
+        try:
+            src, dst, w = dist_graph_adjacent_args(sources, destinations, sourceweights,
+                                                   destweights, c.size)
+        except (InvalidArgumentError, ValueError) as e:
+            c.refuse("split", e)  # (the others are in the split below)
+        return Distgraphcomm._with_edges(c.split([list(range(c.size))]), src, dst, w)
+
+    def Create_dist_graph(self, sources, degrees, destinations, weights=None, info=None,
+                          reorder=False):
+        """MPI_Dist_graph_create (collective; any rank may give any edge): a
+        Distgraphcomm over every rank, in order; each rank's sources and
+        destinations in the order of the ranks that gave them (then of their
+        lists). An argument error on one rank fails every rank's call."""
+        c = self._c
+        try:
+            rows, weighted = dist_graph_edges(sources, degrees, destinations, weights, c.size)
+        except (InvalidArgumentError, ValueError) as e:
+            c.refuse("all_gather", e)  # (the others are in the all-gather below)
+        counts = c.all_gather(np.array([[len(rows), int(weighted)]], np.int64))
+        table = c.all_gather_v(rows, counts[:, 0].tolist()).tolist()
+        me = c.rank
+        src = [(s, w) for s, d, w in table if d == me]
+        dst = [(d, w) for s, d, w in table if s == me]
+        w = ([v for _, v in src], [v for _, v in dst]) if counts[:, 1].any() else None
+        return Distgraphcomm._with_edges(c.split([list(range(c.size))]), [s for s, _ in src],
+                                         [d for d, _ in dst], w)
 
     def Cart_map(self, dims, periods=None) -> int:
         """This rank's rank in Create_cart(dims, periods): the same, or
@@ -847,6 +905,21 @@ class Cartcomm(_Grid, Comm):
     # (a buffer error one rank finds fails the others' all-to-all-v too)
     Neighbor_allgather = _agreed(_Grid.Neighbor_allgather)
     Neighbor_alltoall = _agreed(_Grid.Neighbor_alltoall)
+
+
+class Graphcomm(_Graph, Comm):
+    """A graph communicator of the facade (Comm.Create_graph; neuron_mpi.mpi.topo)."""
+
+    Neighbor_allgather = _agreed(_Graph.Neighbor_allgather)
+    Neighbor_alltoall = _agreed(_Graph.Neighbor_alltoall)
+
+
+class Distgraphcomm(_DistGraph, Comm):
+    """A distributed graph communicator of the facade (Comm.Create_dist_graph and
+    Create_dist_graph_adjacent; neuron_mpi.mpi.topo)."""
+
+    Neighbor_allgather = _agreed(_DistGraph.Neighbor_allgather)
+    Neighbor_alltoall = _agreed(_DistGraph.Neighbor_alltoall)
 
 
 class _FreedCommunicator:

@@ -1,9 +1,13 @@
-"""Cartesian topologies of the mpi4py facade (MPI_Cart_create and the calls on a
-Cartcomm): a process grid laid over a communicator's ranks in row-major order,
-its coordinates, shifts and sub-grids, and the neighbourhood collectives over it.
+"""Process topologies of the mpi4py facade: Cartesian grids (MPI_Cart_create: a
+grid laid over a communicator's ranks in row-major order, its coordinates, shifts
+and sub-grids), graphs (MPI_Graph_create: every node's neighbours) and
+distributed graphs (MPI_Dist_graph_create[_adjacent]: each rank's sources and
+destinations), and the neighbourhood collectives over any of them (one
+all-to-all-v of the communicator).
 
-The grid keeps the parent's rank order (``reorder`` is accepted and changes
-nothing, which MPI allows); ranks beyond the grid's size get MPI.COMM_NULL.
+A topology keeps the parent's rank order (``reorder`` is accepted and changes
+nothing, which MPI allows); ranks beyond a grid's or graph's size get
+MPI.COMM_NULL.
 """
 from __future__ import annotations
 
@@ -43,7 +47,122 @@ def grid_args(dims, periods, size: int) -> tuple:
     return dims, [1 if p else 0 for p in periods]
 
 
-class Cartcomm:
+class _Neighbourhood:
+    """What every topology has: its in- and out-neighbours (``_inout``: sources,
+    destinations, in the order their blocks take), their counts and lists, and the
+    neighbourhood collectives over them (one all-to-all-v of the communicator)."""
+
+    is_topo = True
+
+    @staticmethod
+    def _sent_as(j: int) -> int:
+        """The place, among the blocks a source sends here, of the block for this
+        rank's in-slot ``j``: the k-th slot from a source takes its k-th block."""
+        return j
+
+    @property
+    def inedges(self) -> list:
+        return list(self._inout()[0])
+
+    @property
+    def outedges(self) -> list:
+        return list(self._inout()[1])
+
+    @property
+    def inoutedges(self) -> tuple:
+        sources, dests = self._inout()
+        return list(sources), list(dests)
+
+    @property
+    def indegree(self) -> int:
+        return len(self._inout()[0])
+
+    @property
+    def outdegree(self) -> int:
+        return len(self._inout()[1])
+
+    @property
+    def degrees(self) -> tuple:
+        return self.indegree, self.outdegree
+
+    def Neighbor_allgather(self, sendbuf, recvbuf) -> None:
+        """Every in-neighbour's ``sendbuf`` into ``recvbuf``, block k from in-neighbour
+        k (``recvbuf``'s count is per neighbour, as mpi4py reads it); a block of
+        MPI.PROC_NULL is left as it was."""
+        sources, dests = self._inout()
+        x = Msg(sendbuf, "sendbuf").elems()
+        r = Msg(recvbuf, "recvbuf")
+        self._exchange([x] * len(dests), x, r, r.block(len(sources)) if sources else 0)
+
+    def Neighbor_alltoall(self, sendbuf, recvbuf) -> None:
+        """Block k of ``sendbuf`` to out-neighbour k, block k of ``recvbuf`` from
+        in-neighbour k (counts per neighbour, as mpi4py reads them); a block of
+        MPI.PROC_NULL is left as it was."""
+        sources, dests = self._inout()
+        s = Msg(sendbuf, "sendbuf")
+        r = Msg(recvbuf, "recvbuf")
+        b = s.block(len(dests)) if dests else 0
+        self._exchange([s.a[j * b:(j + 1) * b] for j in range(len(dests))], s.a[:b], r,
+                       r.block(len(sources)) if sources else 0)
+
+    def _exchange(self, blocks, sent, r, slot) -> None:
+        """Send ``blocks[k]`` to out-neighbour k and receive in-neighbour j's into
+        block j (``slot`` elements each) of ``r`` (a Msg): one all-to-all-v of the
+        communicator (every member calls it, with or without neighbours), each
+        destination's blocks in the order of their k; ``sent`` is a block as sent
+        (its datatype and size checked against ``r``)."""
+        out = r.a
+        sources, dests = self._inout()
+        if sent.dtype != out.dtype:
+            raise InvalidArgumentError(
+                f"recvbuf: datatype {out.dtype} differs from the send buffer's {sent.dtype}")
+        if sources and dests and sent.size > slot:
+            raise InvalidArgumentError(
+                f"recvbuf: {slot} elements per neighbour, fewer than the {sent.size} sent "
+                "(MPI_ERR_TRUNCATE)")
+        if not out.flags.writeable:
+            raise InvalidArgumentError("recvbuf: expected a writeable buffer, got a read-only one")
+        if out.size < slot * len(sources):
+            raise InvalidArgumentError(
+                f"recvbuf: {out.size} elements, fewer than {len(sources)} blocks of {slot}")
+        nbytes = sent.nbytes
+        # each source sends its blocks as large as this rank's (no out-neighbours:
+        # as the receive's blocks)
+        per = nbytes if dests else slot * out.itemsize
+        n = self.Get_size()
+        send_counts = [0] * n
+        parts = []
+        for d in range(n):  # (each destination's blocks, in the order of k)
+            for k, dst in enumerate(dests):
+                if dst == d:
+                    parts.append(as_bytes(blocks[k]))
+                    send_counts[d] += nbytes
+        recv_counts = [0] * n
+        order: dict = {}
+        for j, src in enumerate(sources):
+            if src != _MPI.PROC_NULL:
+                order.setdefault(src, []).append((self._sent_as(j), j))
+                recv_counts[src] += per
+        x = np.concatenate(parts) if parts else np.empty(0, np.uint8)
+        got = self._c.all_to_all_v(x, send_counts, recv_counts).view(out.dtype)
+        m, offset = per // out.itemsize, 0
+        for src in range(n):
+            for _, j in sorted(order.get(src, ())):
+                out[j * slot:j * slot + m] = got[offset:offset + m]
+                offset += m
+
+    def Ineighbor_allgather(self, sendbuf, recvbuf):
+        """Neighbor_allgather, completed at the call; returns a done Request."""
+        self.Neighbor_allgather(sendbuf, recvbuf)
+        return done()
+
+    def Ineighbor_alltoall(self, sendbuf, recvbuf):
+        """Neighbor_alltoall, completed at the call; returns a done Request."""
+        self.Neighbor_alltoall(sendbuf, recvbuf)
+        return done()
+
+
+class Cartcomm(_Neighbourhood):
     """The Cartcomm methods, mixed into the facade's Comm (comm.Cartcomm)."""
 
     _dims: list
@@ -60,7 +179,6 @@ class Cartcomm:
 
     Clone = Dup
 
-    is_topo = True
     topology = _MPI.CART
 
     def Get_topology(self):
@@ -157,103 +275,224 @@ class Cartcomm:
         me = self.coords
         return [self._neighbour(me, i, d) for i in range(len(self._dims)) for d in (-1, 1)]
 
-    @property
-    def inedges(self) -> list:
-        return self._neighbours()
-
-    outedges = inedges
-
-    @property
-    def inoutedges(self) -> tuple:
+    def _inout(self) -> tuple:
         n = self._neighbours()
-        return n, list(n)
+        return n, n
 
-    @property
-    def indegree(self) -> int:
-        return 2 * len(self._dims)
-
-    outdegree = indegree
-
-    @property
-    def degrees(self) -> tuple:
-        return self.indegree, self.outdegree
-
-    def Neighbor_allgather(self, sendbuf, recvbuf) -> None:
-        """Every neighbour's ``sendbuf`` into ``recvbuf``, block k from neighbour k
-        (per dimension, behind then ahead; ``recvbuf``'s count is per neighbour,
-        as mpi4py reads it); a block of MPI.PROC_NULL is left as it was."""
-        k = 2 * len(self._dims)
-        x = Msg(sendbuf, "sendbuf").elems()
-        r = Msg(recvbuf, "recvbuf")
-        if k:
-            self._exchange([x] * k, r, r.block(k))
-
-    def Neighbor_alltoall(self, sendbuf, recvbuf) -> None:
-        """Block k of ``sendbuf`` to neighbour k, block k of ``recvbuf`` from it
-        (per dimension, behind then ahead; counts per neighbour, as mpi4py reads
-        them); a block of MPI.PROC_NULL is left as it was."""
-        k = 2 * len(self._dims)
-        s = Msg(sendbuf, "sendbuf")
-        r = Msg(recvbuf, "recvbuf")
-        if k:
-            b = s.block(k)
-            self._exchange([s.a[j * b:(j + 1) * b] for j in range(k)], r, r.block(k))
-
-    def _exchange(self, blocks, r, slot) -> None:
-        """Send ``blocks[k]`` to neighbour k and receive neighbour k's into block k
-        (``slot`` elements each) of ``r`` (a Msg): one all-to-all-v of the
-        communicator, each destination's blocks in the order of their k; a
-        neighbour reached in direction (i, -1) finds the block in its slot (i, +1)
-        and the reverse."""
-        out = r.a
-        x0 = blocks[0]
-        if x0.dtype != out.dtype:
-            raise InvalidArgumentError(
-                f"recvbuf: datatype {out.dtype} differs from the send buffer's {x0.dtype}")
-        if x0.size > slot:
-            raise InvalidArgumentError(
-                f"recvbuf: {slot} elements per neighbour, fewer than the {x0.size} sent "
-                "(MPI_ERR_TRUNCATE)")
-        if not out.flags.writeable:
-            raise InvalidArgumentError("recvbuf: expected a writeable buffer, got a read-only one")
-        nb = self._neighbours()
-        if out.size < slot * len(nb):
-            raise InvalidArgumentError(
-                f"recvbuf: {out.size} elements, fewer than {len(nb)} blocks of {slot}")
-        nbytes = x0.nbytes
-        n = self.Get_size()
-        send_counts = [0] * n
-        parts = []
-        for d in range(n):  # (each destination's blocks, in the order of k)
-            for k, dst in enumerate(nb):
-                if dst == d:
-                    parts.append(as_bytes(blocks[k]))
-                    send_counts[d] += nbytes
-        # a block for my slot j came from neighbour nb[j], who sent it as its block
-        # j ^ 1 (the opposite direction of dimension j // 2)
-        recv_counts = [0] * n
-        order: dict = {}
-        for j, src in enumerate(nb):
-            if src != _MPI.PROC_NULL:
-                order.setdefault(src, []).append((j ^ 1, j))
-                recv_counts[src] += nbytes
-        x = np.concatenate(parts) if parts else np.empty(0, np.uint8)
-        got = self._c.all_to_all_v(x, send_counts, recv_counts).view(out.dtype)
-        m, offset = x0.size, 0
-        for src in range(n):
-            for _, j in sorted(order.get(src, ())):
-                out[j * slot:j * slot + m] = got[offset:offset + m]
-                offset += m
-
-    def Ineighbor_allgather(self, sendbuf, recvbuf):
-        """Neighbor_allgather, completed at the call; returns a done Request."""
-        self.Neighbor_allgather(sendbuf, recvbuf)
-        return done()
-
-    def Ineighbor_alltoall(self, sendbuf, recvbuf):
-        """Neighbor_alltoall, completed at the call; returns a done Request."""
-        self.Neighbor_alltoall(sendbuf, recvbuf)
-        return done()
+    @staticmethod
+    def _sent_as(j: int) -> int:
+        # the neighbour reached in direction (i, -1) sent this block as its (i, +1)
+        # one, and the reverse (the two are one rank in a periodic dimension of 2)
+        return j ^ 1
 
     def __getattr__(self, name):
         not_emulated(self, name, _MPI.Cartcomm)
+
+
+def _ints(values, name) -> list:
+    try:
+        return [int(v) for v in values]
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"{name}: expected a list of integers, got {values!r}") \
+            from None
+
+
+def graph_args(index, edges, size: int) -> tuple:
+    """MPI_Graph_create's ``index`` and ``edges`` checked against a communicator of
+    ``size`` ranks: (index, edges), ``index`` without a leading 0 (mpi4py's
+    extension: an index that starts at 0 and ends at len(edges) is read as the
+    standard adjacency array of nnodes + 1 entries). Raised alike on every rank
+    (every rank passes the same arguments), before anything is made."""
+    index, edges = _ints(index, "index"), _ints(edges, "edges")
+    if index and index[0] == 0 and index[-1] == len(edges):
+        index = index[1:]
+    if len(index) > size:
+        raise InvalidArgumentError(
+            f"index: a graph of {len(index)} nodes does not fit in the communicator's "
+            f"{size} (MPI_ERR_ARG)")
+    if any(b < a for a, b in zip([0] + index, index)):
+        raise InvalidArgumentError(f"index: expected non-decreasing offsets, got {index}")
+    nedges = index[-1] if index else 0
+    if len(edges) < nedges:
+        raise InvalidArgumentError(
+            f"edges: {len(edges)} edges, fewer than the {nedges} that index counts")
+    edges = edges[:nedges]
+    bad = [e for e in edges if not 0 <= e < len(index)]
+    if bad:
+        raise InvalidArgumentError(
+            f"edges: {bad[0]} is not a node of the graph's {len(index)} (MPI_ERR_ARG)")
+    return index, edges
+
+
+class Graphcomm(_Neighbourhood):
+    """The Graphcomm methods (MPI_Graph_create's topology: every node's neighbours,
+    which it sends to and receives from), mixed into the facade's Comm
+    (comm.Graphcomm)."""
+
+    _index: list
+    _edges: list
+    topology = _MPI.GRAPH
+
+    @classmethod
+    def _with_graph(cls, nc, index, edges):
+        c = cls(nc)
+        c._index, c._edges = list(index), list(edges)
+        return c
+
+    def Dup(self, info=None):
+        return type(self)._with_graph(super().Dup()._c, self._index, self._edges)
+
+    Clone = Dup
+
+    def Get_topology(self):
+        return _MPI.GRAPH
+
+    def Get_dims(self) -> tuple:
+        return len(self._index), len(self._edges)
+
+    dims = property(Get_dims)
+
+    @property
+    def nnodes(self) -> int:
+        return len(self._index)
+
+    @property
+    def nedges(self) -> int:
+        return len(self._edges)
+
+    def Get_topo(self) -> tuple:
+        return list(self._index), list(self._edges)
+
+    topo = property(Get_topo)
+
+    @property
+    def index(self) -> list:
+        return list(self._index)
+
+    @property
+    def edges(self) -> list:
+        return list(self._edges)
+
+    def _rank(self, rank) -> int:
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or \
+                not 0 <= rank < len(self._index):
+            raise InvalidArgumentError(
+                f"rank: expected a node in [0, {len(self._index)}), got {rank!r}")
+        return int(rank)
+
+    def Get_neighbors_count(self, rank) -> int:
+        rank = self._rank(rank)
+        return self._index[rank] - (self._index[rank - 1] if rank else 0)
+
+    def Get_neighbors(self, rank) -> list:
+        rank = self._rank(rank)
+        return self._edges[self._index[rank - 1] if rank else 0:self._index[rank]]
+
+    @property
+    def nneighbors(self) -> int:
+        return self.Get_neighbors_count(self.Get_rank())
+
+    @property
+    def neighbors(self) -> list:
+        return self.Get_neighbors(self.Get_rank())
+
+    def _inout(self) -> tuple:
+        nb = self.neighbors
+        return nb, nb
+
+    def __getattr__(self, name):
+        not_emulated(self, name, _MPI.Graphcomm)
+
+
+def _weights(weights, degree: int, name: str):
+    """mpi4py's reading of a distributed graph's weights: None or MPI.UNWEIGHTED,
+    no weights (None); MPI.WEIGHTS_EMPTY, an empty list (a degree of 0 only);
+    else ``degree`` integers."""
+    if weights is None or weights is _MPI.UNWEIGHTED:
+        return None
+    if weights is _MPI.WEIGHTS_EMPTY:
+        if degree:
+            raise ValueError("empty weights but nonzero degree")
+        return []
+    w = _ints(weights, name)
+    if len(w) != degree:
+        raise ValueError(f"{name}: expecting {degree} items, got {len(w)}")
+    return w
+
+
+def dist_graph_adjacent_args(sources, destinations, sourceweights, destweights,
+                             size: int) -> tuple:
+    """MPI_Dist_graph_create_adjacent's arguments of this rank, checked: (sources,
+    destinations, weights: (source weights, destination weights) or None)."""
+    src = [] if sources is None else _ints(sources, "sources")
+    dst = [] if destinations is None else _ints(destinations, "destinations")
+    for name, ranks in (("sources", src), ("destinations", dst)):
+        bad = [r for r in ranks if not 0 <= r < size]
+        if bad:
+            raise InvalidArgumentError(
+                f"{name}: rank {bad[0]} is not in the communicator of {size} (MPI_ERR_ARG)")
+    sw = _weights(sourceweights, len(src), "sourceweights")
+    dw = _weights(destweights, len(dst), "destweights")
+    weighted = sw is not None or dw is not None
+    return src, dst, ((sw or [1] * len(src), dw or [1] * len(dst)) if weighted else None)
+
+
+def dist_graph_edges(sources, degrees, destinations, weights, size: int) -> tuple:
+    """MPI_Dist_graph_create's edges given by this rank, checked: (an int64 array of
+    (source, destination, weight) rows, weighted)."""
+    src = _ints(sources, "sources")
+    deg = _ints(degrees, "degrees")
+    if len(deg) != len(src):
+        raise ValueError(f"degrees: expecting {len(src)} items, got {len(deg)}")
+    if any(d < 0 for d in deg):
+        raise InvalidArgumentError(f"degrees: expected non-negative degrees, got {deg}")
+    dst = _ints(destinations, "destinations")
+    if len(dst) != sum(deg):
+        raise ValueError(f"destinations: expecting {sum(deg)} items, got {len(dst)}")
+    w = _weights(weights, len(dst), "weights")
+    for name, ranks in (("sources", src), ("destinations", dst)):
+        bad = [r for r in ranks if not 0 <= r < size]
+        if bad:
+            raise InvalidArgumentError(
+                f"{name}: rank {bad[0]} is not in the communicator of {size} (MPI_ERR_ARG)")
+    rows = [(s, dst[k], 1 if w is None else w[k])
+            for k, s in enumerate(s for s, d in zip(src, deg) for _ in range(d))]
+    return np.array(rows, np.int64).reshape(-1, 3), w is not None
+
+
+class Distgraphcomm(_Neighbourhood):
+    """The Distgraphcomm methods (MPI_Dist_graph_create[_adjacent]'s topology: each
+    rank's sources and destinations, with weights or none), mixed into the
+    facade's Comm (comm.Distgraphcomm)."""
+
+    _sources: list
+    _dests: list
+    _w: tuple | None
+    topology = _MPI.DIST_GRAPH
+
+    @classmethod
+    def _with_edges(cls, nc, sources, dests, weights):
+        c = cls(nc)
+        c._sources, c._dests, c._w = list(sources), list(dests), weights
+        return c
+
+    def Dup(self, info=None):
+        return type(self)._with_edges(super().Dup()._c, self._sources, self._dests, self._w)
+
+    Clone = Dup
+
+    def Get_topology(self):
+        return _MPI.DIST_GRAPH
+
+    def Get_dist_neighbors_count(self) -> tuple:
+        return len(self._sources), len(self._dests), self._w is not None
+
+    def Get_dist_neighbors(self) -> tuple:
+        w = None if self._w is None else (list(self._w[0]), list(self._w[1]))
+        return list(self._sources), list(self._dests), w
+
+    def _inout(self) -> tuple:
+        return self._sources, self._dests
+
+    def __getattr__(self, name):
+        not_emulated(self, name, _MPI.Distgraphcomm)

@@ -380,9 +380,9 @@ def test_split_type_names_and_what_is_not_emulated():
     assert W.Get_errhandler() == MPI.ERRORS_RETURN
     with pytest.raises(NotImplementedError, match="errhandler"):
         W.Set_errhandler(MPI.ERRORS_ARE_FATAL)
-    assert not hasattr(W, "Create_graph") and not hasattr(W, "no_such_method")
-    with pytest.raises(NotImplementedError, match="Comm.Create_graph: not emulated"):
-        W.Create_graph([1], [0])
+    assert not hasattr(W, "Create_intercomm") and not hasattr(W, "no_such_method")
+    with pytest.raises(NotImplementedError, match="Comm.Create_intercomm: not emulated"):
+        W.Create_intercomm(0, W, 0)
     with pytest.raises(NotImplementedError, match="Request.py2f: not emulated"):
         W.Ibarrier().py2f()
     W.Barrier()
@@ -659,3 +659,88 @@ def test_cartesian_grid_halo_exchange_and_neighbour_collectives():
         W.Create_cart([N + 1])
     assert W.Cart_map([N]) == R and W.topology == MPI.UNDEFINED
     W.Barrier()
+
+
+def _blocks_from(me_in, outs, me):
+    """What Neighbor_alltoall puts in each in-slot of ``me`` (its in-neighbours
+    ``me_in``), each rank s sending 100 * s + k as its block k to ``outs[s][k]``: the
+    i-th slot from s takes the block of s's i-th edge to ``me`` (MPI's order)."""
+    seen: dict = {}
+    want = []
+    for s in me_in:
+        i = seen[s] = seen.get(s, -1) + 1
+        want.append(100.0 * s + [k for k, d in enumerate(outs[s]) if d == me][i])
+    return want
+
+
+def test_graph_topologies_and_their_neighbour_collectives():
+    """Create_graph (a ring: each node's neighbours on both sides; index with or
+    without its leading 0), Create_dist_graph_adjacent (each rank receives from r-1
+    and r-2 and sends to r+1 and r+2, weighted) and Create_dist_graph (edges given
+    by any rank): their neighbour lists, and Neighbor_alltoall / Neighbor_allgather
+    put in-neighbour k's block in slot k (the i-th slot from a rank takes its i-th
+    edge here); a rank without neighbours takes part (a chain); a bad argument on
+    one rank fails every rank's call."""
+    ring = lambda r: [(r - 1) % N, (r + 1) % N]  # noqa: E731
+    index = [2 * (i + 1) for i in range(N)]
+    edges = [e for i in range(N) for e in ring(i)]
+    for idx in (index, [0] + index):
+        g = W.Create_graph(idx, edges)
+        assert isinstance(g, MPI.Graphcomm) and g.topology == MPI.GRAPH and g.is_topo
+        assert g.topo == (index, edges) and g.dims == (N, 2 * N) and g.neighbors == ring(R)
+        assert g.Get_neighbors(N - 1) == ring(N - 1) and g.inoutedges == (ring(R), ring(R))
+        out = np.full(2, -1.0)
+        g.Neighbor_allgather(np.array([float(R)]), out)
+        assert out.tolist() == [float(s) for s in ring(R)], out
+        g.Neighbor_alltoall(np.array([100.0 * R, 100.0 * R + 1]), out)
+        assert out.tolist() == _blocks_from(ring(R), [ring(s) for s in range(N)], R), out
+        assert W.Graph_map(idx, edges) == R
+        g.Free()
+    ins = lambda r: [(r - 2) % N, (r - 1) % N]  # noqa: E731
+    outs = lambda r: [(r + 1) % N, (r + 2) % N]  # noqa: E731
+    d = W.Create_dist_graph_adjacent(ins(R), outs(R), [7, 8], [9, 10])
+    assert isinstance(d, MPI.Distgraphcomm) and d.topology == MPI.DIST_GRAPH
+    assert d.Get_dist_neighbors() == (ins(R), outs(R), ([7, 8], [9, 10]))
+    assert d.Get_dist_neighbors_count() == (2, 2, True) and d.degrees == (2, 2)
+    out = np.full(2, -1.0)
+    d.Neighbor_alltoall(np.array([100.0 * R, 100.0 * R + 1]), out)
+    assert out.tolist() == _blocks_from(ins(R), [outs(s) for s in range(N)], R), out
+    d.Neighbor_allgather(np.array([float(R)]), out)
+    assert out.tolist() == [float(s) for s in ins(R)]
+    d2 = d.Dup()
+    assert d2.Get_dist_neighbors() == d.Get_dist_neighbors()
+    for c in (d, d2):
+        c.Free()
+    # edges given by their source, then all of them by rank 0
+    for mine in (True, False):
+        src = [R] if mine else (list(range(N)) if R == 0 else [])
+        dg = W.Create_dist_graph(src, [1] * len(src), [(s + 1) % N for s in src],
+                                 [s + 1 for s in src])
+        assert dg.Get_dist_neighbors() == ([(R - 1) % N], [(R + 1) % N],
+                                           ([(R - 1) % N + 1], [R + 1]))
+        dg.Free()
+    dg = W.Create_dist_graph([], [], [], MPI.UNWEIGHTED)
+    assert dg.Get_dist_neighbors_count() == (0, 0, False)
+    dg.Neighbor_allgather(np.zeros(1), np.zeros(0))  # (no neighbours anywhere)
+    dg.Free()
+    # a chain: rank 0 receives from nobody, the last rank sends to nobody
+    chain_in = [R - 1] if R > 0 else []
+    chain_out = [R + 1] if R < N - 1 else []
+    c = W.Create_dist_graph_adjacent(chain_in, chain_out)
+    got = np.full(len(chain_in), -1, np.int32)
+    c.Neighbor_allgather(np.array([R], np.int32), got)
+    assert got.tolist() == chain_in
+    c.Free()
+    with pytest.raises(ValueError, match="empty weights but nonzero degree"):
+        MPI.COMM_SELF.Create_dist_graph_adjacent([0], [0], MPI.WEIGHTS_EMPTY,
+                                                 MPI.WEIGHTS_EMPTY)
+    with pytest.raises(TypeError):
+        MPI.Cartcomm(W.Create_graph(index, edges))
+    if N > 1:  # a bad argument on one rank fails every rank's call, not only its own
+        with pytest.raises(ValueError, match="sources: rank .* is not in" if R == 0 else
+                           "rank\\(s\\) 0 of the group rejected"):
+            W.Create_dist_graph_adjacent([N] if R == 0 else [], [])
+    with pytest.raises(ValueError, match="does not fit"):
+        W.Create_graph([1] * (N + 1), [0])
+    W.Barrier()
+

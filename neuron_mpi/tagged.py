@@ -38,7 +38,7 @@ from .errors import CollectiveTimeoutError, InvalidArgumentError
 
 ANY = -1
 _ACK = -2  # an acknowledgement of a synchronous send (header: _ACK, 0, its number)
-_BARRIER = -3  # a message of a Barrier (below)
+_BARRIER = -3  # the tag of a Tagged's first Barrier (below); the next ones -4, -5, ...
 # (the negative tags are the module's own: a receive or probe of ANY tag never
 # takes their messages)
 TAG_UB = 2 ** 31 - 1  # (Open MPI's MPI_TAG_UB; the standard's least is 32767)
@@ -123,6 +123,8 @@ class Tagged:
         self._forget: dict = {}  # source -> numbers whose acknowledgement nobody awaits
         self._outs: dict = {}  # size -> (buffer, header, bytes) of joined messages sent
         self._ins: dict = {}  # ... and received (the same arrays again: kept calls)
+        self._barriers: list = []  # Barriers in flight, oldest first
+        self._nbarriers = 0  # Barriers started (each has a tag of its own)
 
     # --- sends ------------------------------------------------------------------------
     def send(self, data: np.ndarray, dst: int, tag: int, sync: bool = False) -> int:
@@ -176,7 +178,7 @@ class Tagged:
         matches ``tag`` (ANY: any) and that no receive posted before it takes;
         (its tag, its size). Waits for that message only: a posted receive whose
         message has not come does not hold it up."""
-        if not self._posted and not self._others():
+        if not self._posted and not self._others() and not self._barriers:
             return self._take(src, tag, out)[1:]
         m = self._wait(lambda: self._free(src, tag), src, f"recv from {src}")
         return self._deliver(out, m)[1:]
@@ -187,7 +189,7 @@ class Tagged:
         no posted receive takes; (its source, its tag, its size).
         CollectiveTimeoutError past ``deadline`` (time.monotonic())."""
         what = _any_what("recv", tag)
-        if self._posted or self._others():
+        if self._posted or self._others() or self._barriers:
             return self._deliver(out, self._wait(lambda: self._free(ANY, tag), ANY, what,
                                                  deadline))
         return self._take(ANY, tag, out, deadline, what)
@@ -312,7 +314,7 @@ class Tagged:
     def _drop(self, r: Posted) -> None:
         if r in self._posted:
             self._posted.remove(r)
-            if not self._posted:
+            if not self._posted and not self._barriers:
                 _POSTING.discard(self)
         m = self._bound.pop(r, None)
         if m is not None:
@@ -323,10 +325,12 @@ class Tagged:
         alone: every receive posted is from ``src`` and no other communicator has
         receives posted, so no message from another stream can be matched (and, a
         synchronous send, acknowledged) meanwhile."""
-        return all(p.src == src for p in self._posted) and not self._others()
+        return all(p.src == src for p in self._posted) and not self._others() and \
+            not self._barriers
 
     def _others(self) -> bool:
-        """Whether another communicator of this process has receives posted."""
+        """Whether another communicator of this process has receives posted (or
+        barriers in flight)."""
         return len(_POSTING) > (self in _POSTING)
 
     def _candidates(self, src) -> list:
@@ -367,6 +371,8 @@ class Tagged:
         for NEURON_MPI_TIMEOUT from now)."""
         nap = 20e-6
         while True:
+            if self._barriers:
+                self._advance_barriers()
             got = find()
             if got is not None:
                 return got
@@ -491,14 +497,23 @@ class Tagged:
             self._pull(src)
             return
         self._pull_all()
+        self._advance_barriers()
         self._pull_others()
 
     def _pull_others(self) -> None:
         """Set aside what has arrived on the other communicators with receives
-        posted (matching them, and acknowledging their synchronous sends)."""
+        posted or barriers in flight (matching them, acknowledging their synchronous
+        sends, moving their barriers on)."""
         for t in list(_POSTING):
             if t is not self:
                 t._pull_all()
+                t._advance_barriers()
+
+    def _advance_barriers(self) -> None:
+        """Move every Barrier in flight on as far as the messages set aside allow
+        (MPI's progress: a wait for anything moves the non-blocking barriers on)."""
+        for b in list(self._barriers):
+            b._advance()
 
     def _take(self, src, tag, out, end=None, what="") -> tuple:
         """A blocking receive's message when no receive is posted on any
@@ -517,44 +532,54 @@ class Tagged:
 
 class Barrier:
     """A barrier of point-to-point messages, in flight from its start: in round k
-    every rank sends to rank + 2**k and receives from rank - 2**k (dissemination:
-    ceil(log2 n) rounds). ``poll`` moves it on as far as its messages allow and
-    says whether it is over; ``wait`` waits for it (NEURON_MPI_TIMEOUT: a round's
-    receive raises CollectiveTimeoutError). It matches only another Barrier on
-    the same Tagged (as MPI_Ibarrier matches only MPI_Ibarrier); its messages carry
-    a tag of this module's, which no receive of ANY tag takes."""
+    every rank sends to rank + 2**k and takes the message of rank - 2**k
+    (dissemination: ceil(log2 n) rounds). Each Barrier of a Tagged has a tag of its
+    own (the n-th started: _BARRIER - n; every rank starts them in the same order,
+    as MPI_Ibarrier's calls), which no receive of ANY tag takes. Its messages are
+    set aside as they are read, and every wait or test of the Tagged moves every
+    barrier in flight on (``_advance``): a wait for anything lets them progress, as
+    MPI's do. ``poll`` says whether it is over without waiting; ``wait`` waits
+    (NEURON_MPI_TIMEOUT: CollectiveTimeoutError)."""
 
     def __init__(self, tagged: Tagged, rank: int, size: int):
         self._t, self._me, self._n = tagged, rank, size
+        self._tag = _BARRIER - tagged._nbarriers
+        tagged._nbarriers += 1
         self._step = 1
-        self._r = None  # the round's posted receive; None once over
-        if size > 1:
-            self._round()
+        self.done = size <= 1
+        if not self.done:
+            tagged._barriers.append(self)
+            _POSTING.add(tagged)
+            tagged.send(_EMPTY, (rank + 1) % size, self._tag)
 
-    def _round(self) -> None:
-        t, step = self._t, self._step
-        t.send(_EMPTY, (self._me + step) % self._n, _BARRIER)
-        self._r = t.post(_EMPTY, (self._me - step) % self._n, _BARRIER)
-
-    def _next(self) -> None:
-        self._r()  # (made: its message is here, or waited for)
-        self._r = None
-        self._step *= 2
-        if self._step < self._n:
-            self._round()
+    def _advance(self) -> None:
+        """Take each round's message that is set aside and send the next round's."""
+        t = self._t
+        while not self.done:
+            m = t._free((self._me - self._step) % self._n, self._tag)
+            if m is None:
+                return
+            t._deliver(_EMPTY, m)
+            self._step *= 2
+            if self._step >= self._n:
+                self.done = True
+                t._barriers.remove(self)
+                if not t._posted and not t._barriers:
+                    _POSTING.discard(t)
+                return
+            t.send(_EMPTY, (self._me + self._step) % self._n, self._tag)
 
     def poll(self) -> bool:
         """Move on without waiting for a message that has not come; whether the
         barrier is over (every rank has started it)."""
-        while self._r is not None:
-            if not self._t.ready(self._r):
-                return False
-            self._next()
-        return True
+        if not self.done:
+            self._t._pull_for(ANY)
+        return self.done
 
     def wait(self) -> None:
-        while self._r is not None:
-            self._next()
+        if not self.done:
+            self._t._wait(lambda: True if self.done else None, ANY,
+                          f"Ibarrier (tag {self._tag})")
 
 
 def _pooled(pool: dict, size: int) -> tuple:

@@ -453,3 +453,25 @@ def test_a_barrier_of_messages_is_over_once_every_rank_started_it(n):
             b.wait()  # (over: returns at once)
     assert not any(w.q.values()) and all(not t._posted for t in ts)
 
+
+@pytest.mark.parametrize("n", [3, 4, 5])
+def test_barriers_in_flight_each_match_their_own_and_any_wait_moves_them_on(n):
+    """Two barriers in flight at once: the second is not over on any rank while rank
+    0 has not started it, even where the first has moved on further (each barrier
+    has its own tag: a later one's round must not take an earlier one's message);
+    and polling only the second moves the first on too (MPI's progress rule: rank
+    0 waits on the first while the others test only the second)."""
+    w = Wire(n)
+    ts = [Tagged(w.end(r)) for r in range(n)]
+    a = {r: Barrier(ts[r], r, n) for r in range(n)}
+    b = {r: Barrier(ts[r], r, n) for r in range(1, n)}  # (rank 0: not yet)
+    for _ in range(2 * n):
+        assert not any(b[r].poll() for r in b)
+        a[0].poll()
+    assert all(x.done for x in a.values()), "polling the second did not move the first"
+    assert not any(x.done for x in b.values())
+    b[0] = Barrier(ts[0], 0, n)
+    for _ in range(n):
+        done = [x.poll() for x in b.values()]
+    assert all(done) and not any(w.q.values())
+

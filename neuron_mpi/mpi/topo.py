@@ -404,6 +404,15 @@ class Graphcomm(_Neighbourhood):
         not_emulated(self, name, _MPI.Graphcomm)
 
 
+def _in_comm(size: int, **ranks) -> None:
+    """Refuse, naming its argument, a rank outside a communicator of ``size``."""
+    for name, given in ranks.items():
+        bad = [r for r in given if not 0 <= r < size]
+        if bad:
+            raise InvalidArgumentError(
+                f"{name}: rank {bad[0]} is not in the communicator of {size} (MPI_ERR_ARG)")
+
+
 def _weights(weights, degree: int, name: str):
     """mpi4py's reading of a distributed graph's weights: None or MPI.UNWEIGHTED,
     no weights (None); MPI.WEIGHTS_EMPTY, an empty list (a degree of 0 only);
@@ -426,11 +435,7 @@ def dist_graph_adjacent_args(sources, destinations, sourceweights, destweights,
     destinations, weights: (source weights, destination weights) or None)."""
     src = [] if sources is None else _ints(sources, "sources")
     dst = [] if destinations is None else _ints(destinations, "destinations")
-    for name, ranks in (("sources", src), ("destinations", dst)):
-        bad = [r for r in ranks if not 0 <= r < size]
-        if bad:
-            raise InvalidArgumentError(
-                f"{name}: rank {bad[0]} is not in the communicator of {size} (MPI_ERR_ARG)")
+    _in_comm(size, sources=src, destinations=dst)
     sw = _weights(sourceweights, len(src), "sourceweights")
     dw = _weights(destweights, len(dst), "destweights")
     weighted = sw is not None or dw is not None
@@ -450,11 +455,7 @@ def dist_graph_edges(sources, degrees, destinations, weights, size: int) -> tupl
     if len(dst) != sum(deg):
         raise ValueError(f"destinations: expecting {sum(deg)} items, got {len(dst)}")
     w = _weights(weights, len(dst), "weights")
-    for name, ranks in (("sources", src), ("destinations", dst)):
-        bad = [r for r in ranks if not 0 <= r < size]
-        if bad:
-            raise InvalidArgumentError(
-                f"{name}: rank {bad[0]} is not in the communicator of {size} (MPI_ERR_ARG)")
+    _in_comm(size, sources=src, destinations=dst)
     rows = [(s, dst[k], 1 if w is None else w[k])
             for k, s in enumerate(s for s, d in zip(src, deg) for _ in range(d))]
     return np.array(rows, np.int64).reshape(-1, 3), w is not None

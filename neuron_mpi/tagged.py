@@ -194,6 +194,16 @@ class Tagged:
                                                  deadline))
         return self._take(ANY, tag, out, deadline, what)
 
+    def recv_bytes(self, src: int, tag: int, end=False) -> tuple:
+        """A receive of any size (the pickle-based front-end methods): the message a
+        receive from ``src`` (ANY: any source) with ``tag`` takes, as ``recv`` and
+        ``recv_any`` choose it; (its source, its tag, its bytes: a copy of its own).
+        ``end``: as ``_wait``'s."""
+        what = _any_what("recv", tag) if src == ANY else f"recv from {src}"
+        m = self._wait(lambda: self._free(src, tag), src, what, end)
+        self._unlist(m)
+        return m.src, m.tag, m.data
+
     def probe(self, src: int, tag: int) -> tuple:
         """Wait for a message from ``src`` with ``tag`` that no posted receive
         takes; (its tag, its size), left to its receive."""
@@ -349,12 +359,16 @@ class Tagged:
     def _deliver(self, out: np.ndarray, m: _Message) -> tuple:
         """The message ``m``, set aside, into ``out`` (bytes); (source, tag, size).
         A synchronous send is acknowledged (it is matched, even when too long)."""
-        self._early[m.src].remove(m)
-        self._all.remove(m)
-        self._ack(m)
+        self._unlist(m)
         _fits(m.data.nbytes, out, m.src, m.tag, self.name)
         out[:m.data.nbytes] = m.data
         return m.src, m.tag, m.data.nbytes
+
+    def _unlist(self, m: _Message) -> None:
+        """Take ``m`` off the messages set aside, acknowledging it (a receive has it)."""
+        self._early[m.src].remove(m)
+        self._all.remove(m)
+        self._ack(m)
 
     def _ack(self, m: _Message) -> None:
         """Acknowledge ``m`` if it is a synchronous send not yet acknowledged."""

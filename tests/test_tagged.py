@@ -210,6 +210,32 @@ def test_receive_and_probe_from_any_source():
     assert mx() == (0, 3, 8) and x[0] == 3.0
 
 
+def test_a_receive_of_any_size_takes_what_a_receive_would_and_acknowledges_it():
+    """recv_bytes (the pickle-based receives): the message a receive from that
+    source (or any) with that tag takes, of any size (joined or apart), its own
+    copy; passing over what a posted receive takes; a synchronous send is
+    acknowledged."""
+    w = Wire()
+    a, b = Tagged(w.end(0)), Tagged(w.end(1))
+    x = np.zeros(1)
+    mx = b.post(x.view(np.uint8), 0, ANY)
+    a.send(_b(1.0), 1, 3)  # (the posted receive's)
+    big = np.arange(JOINED // 8 + 5, dtype=np.float64)
+    n = a.send(big.view(np.uint8), 1, 3, sync=True)
+    b.send(_b(2.0), 1, 4)  # to itself
+    src, tag, data = b.recv_bytes(0, 3)
+    assert (src, tag) == (0, 3) and np.array_equal(data.view(np.float64), big)
+    assert a.acked(1, n)
+    assert b.recv_bytes(ANY, ANY, None)[:2] == (1, 4)
+    assert mx() == (0, 3, 8) and x[0] == 1.0
+    a.send(_b(7.0), 1, 9)
+    src, tag, data = b.recv_bytes(ANY, 9, None)
+    data[...] = 0  # (its own copy: nothing else holds it)
+    assert (src, tag, data.nbytes) == (0, 9, 8)
+    with pytest.raises(TimeoutError, match="recv from any source"):
+        b.recv_bytes(ANY, ANY, 0.0)
+
+
 def test_a_posted_receive_does_not_wait_for_an_earlier_ones_message():
     """As MPI: q2 (tag 2) completes once its message is here although q1 (tag 1),
     posted first, has none; an error of q1 (MPI_ERR_TRUNCATE) is q1's, every time

@@ -19,8 +19,12 @@ run in the datatype, through the Neuron kernels for the types they carry, else
 (complex products, long double, bool) as an all-gather followed by the reduction
 in rank order on every rank.
 
-Out of scope, raising NotImplementedError: the lower-case pickle-based methods and
-derived (non-predefined) datatypes; they never fall through to the real MPI.
+The lower-case, pickle-based methods (``bcast``, ``allreduce``, ``send``, ``recv``,
+...) carry any picklable object: pickled with mpi4py's serializer (``MPI.pickle``),
+their bytes move as a buffer's (neuron_mpi.mpi.objects).
+
+Out of scope, raising NotImplementedError: derived (non-predefined) datatypes; they
+never fall through to the real MPI.
 """
 from __future__ import annotations
 

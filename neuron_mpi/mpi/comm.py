@@ -12,7 +12,9 @@ from ..kernels.reference import UFUNCS as _UFUNC
 from ..errors import InvalidArgumentError
 from ..tagged import ANY, Barrier, Tagged, deadline, send_tag
 from .buffers import Msg, as_bytes, is_in_place, place, real_parts
-from .requests import Prequest, Request, done, not_emulated, set_status, started
+from .objects import Objects
+from .requests import (NULL_RECV, Prequest, Request, done, not_emulated, posted_request,
+                       recv_tag, set_status, started)
 from .topo import Cartcomm as _Grid
 from .topo import Distgraphcomm as _DistGraph
 from .topo import Graphcomm as _Graph
@@ -34,15 +36,6 @@ def _op_name(op) -> str:
     raise NotImplementedError(
         f"op: neuron_mpi.mpi reduces with MPI.SUM, PROD, MAX or MIN only, got {name}")
 
-
-
-def _pickle_refused(name):
-    def method(self, *args, **kwargs):
-        raise NotImplementedError(
-            f"Comm.{name}: the lower-case, pickle-based mpi4py methods are not emulated; "
-            f"use the buffer method Comm.{name[:1].upper() + name[1:]} with an array")
-    method.__name__ = name
-    return method
 
 
 def _agreed(fn):
@@ -69,21 +62,6 @@ def _landing(buf, name) -> np.ndarray:
     return out
 
 
-#: (source, tag, bytes) of a receive from MPI.PROC_NULL, for its status
-_NULL = (_MPI.PROC_NULL, _MPI.ANY_TAG, 0)
-
-
-def _request(start) -> Request:
-    """The active Request of a receive posted by ``start`` (Comm._posted)."""
-    req = Request._new()
-    req._run = start(req)
-    return req
-
-
-def _recv_tag(tag) -> int:
-    return ANY if tag == _MPI.ANY_TAG else send_tag(tag)
-
-
 def _carried(dt: np.dtype) -> bool:
     try:
         kernels.canonical_dtype(dt)
@@ -102,8 +80,9 @@ def _reduce_rows(rows: np.ndarray, op: str) -> np.ndarray:
     return acc
 
 
-class Comm:
-    """An mpi4py-style intracommunicator over a neuron_mpi Communicator."""
+class Comm(Objects):
+    """An mpi4py-style intracommunicator over a neuron_mpi Communicator (the
+    lower-case, pickle-based methods: neuron_mpi.mpi.objects)."""
 
     def __init__(self, nc, name=""):
         if isinstance(nc, Comm):  # MPI.Comm(comm): another handle of the same one
@@ -653,32 +632,43 @@ class Comm:
     def _send(self, buf, dest, tag, sync=False) -> int:
         """Send (``sync``: synchronously; the message's number, 0 when there is
         nothing to wait for)."""
+        return self._send_bytes(lambda: as_bytes(Msg(buf, "buf").elems()), dest, tag, sync)
+
+    def _send_bytes(self, data, dest, tag, sync=False) -> int:
+        """Send the bytes ``data()`` gives (not called for MPI.PROC_NULL), as _send."""
         tag = send_tag(tag)
         if dest == _MPI.PROC_NULL:
             return 0
-        return self._t.send(as_bytes(Msg(buf, "buf").elems()), dest, tag, sync)
+        return self._t.send(data(), dest, tag, sync)
 
     Bsend = Rsend = Send
 
     def Ssend(self, buf, dest, tag=0) -> None:
         """A synchronous send: returns once a receive at ``dest`` has taken the
         message (its bytes left at the call)."""
-        number = self._send(buf, dest, tag, True)
+        self._sent_synced(self._send(buf, dest, tag, True), dest)
+
+    def _sent_synced(self, number, dest) -> None:
+        """Wait until a receive at ``dest`` has taken synchronous send ``number`` (0:
+        nothing to wait for)."""
         if number:
             self._t.wait_acked(dest, number)
 
     def Recv(self, buf, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG, status=None) -> None:
         if source == _MPI.PROC_NULL:
-            return set_status(status, *_NULL)
+            return set_status(status, *NULL_RECV)
         out = _landing(buf, "buf")
-        self._receive(out, source, _recv_tag(tag), status)
+        self._receive(out, source, recv_tag(tag), status)
 
-    def _receive(self, out, source, tag, status) -> None:
-        """A blocking receive into ``out`` (bytes), from a rank or MPI.ANY_SOURCE."""
+    def _receive(self, out, source, tag, status) -> int:
+        """A blocking receive into ``out`` (bytes), from a rank or MPI.ANY_SOURCE;
+        the bytes it took."""
         if source == _MPI.ANY_SOURCE:
-            set_status(status, *self._t.recv_any(out, tag, deadline()))
+            got = self._t.recv_any(out, tag, deadline())
         else:
-            set_status(status, source, *self._t.recv(out, source, tag))
+            got = (source,) + self._t.recv(out, source, tag)
+        set_status(status, *got)
+        return got[2]
 
     def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=_MPI.ANY_SOURCE,
                  recvtag=_MPI.ANY_TAG, status=None) -> None:
@@ -695,10 +685,10 @@ class Comm:
 
     def _sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status, name):
         out = None if source == _MPI.PROC_NULL else _landing(recvbuf, name)
-        recvtag = _recv_tag(recvtag)
+        recvtag = recv_tag(recvtag)
         self.Send(sendbuf, dest, sendtag)
         if out is None:
-            return set_status(status, *_NULL)
+            return set_status(status, *NULL_RECV)
         self._receive(out, source, recvtag, status)
 
     def Isend(self, buf, dest, tag=0) -> Request:
@@ -710,8 +700,12 @@ class Comm:
     def Issend(self, buf, dest, tag=0) -> Request:
         """A synchronous send: its bytes leave at the call; the request is done once
         a receive at ``dest`` has taken the message."""
+        return self._issued(self._send(buf, dest, tag, True), dest)
+
+    def _issued(self, number, dest) -> Request:
+        """The request of synchronous send ``number`` to ``dest``, made."""
         req = Request._new()
-        req._run = self._synced(req, self._send(buf, dest, tag, True), dest)
+        req._run = self._synced(req, number, dest)
         return req
 
     def _synced(self, req, number, dest):
@@ -729,32 +723,32 @@ class Comm:
         into the message MPI's matching gives it: the receives posted before it
         (from its source or from any) take theirs first, whatever order they are
         waited in; from MPI.ANY_SOURCE, the first to arrive from any rank."""
-        return _request(self._posted(buf, source, tag))
+        return posted_request(self._posted(buf, source, tag))
 
     def Isendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=_MPI.ANY_SOURCE,
                   recvtag=_MPI.ANY_TAG) -> Request:
         """The send (it leaves at the call), then the receive, posted as Irecv."""
         start = self._posted(recvbuf, source, recvtag, "recvbuf")
         self.Send(sendbuf, dest, sendtag)
-        return _request(start)
+        return posted_request(start)
 
     def Isendrecv_replace(self, buf, dest, sendtag=0, source=_MPI.ANY_SOURCE,
                           recvtag=_MPI.ANY_TAG) -> Request:
         """Send ``buf`` (its bytes leave at the call), then post the receive into it."""
         start = self._posted(buf, source, recvtag)
         self.Send(buf, dest, sendtag)
-        return _request(start)
+        return posted_request(start)
 
     def _posted(self, buf, source, tag, name="buf"):
         """A receive's arguments, checked now; returns ``start(req)``, which posts
         it (in posting order) and returns what makes it at ``req``'s Wait (None:
         nothing to make, a receive from MPI.PROC_NULL)."""
-        tag = _recv_tag(tag)
+        tag = recv_tag(tag)
         if source == _MPI.ANY_SOURCE:
             source = ANY
         if source == _MPI.PROC_NULL:
             def start_null(req):
-                req._info = _NULL
+                req._info = NULL_RECV
             return start_null
         out = _landing(buf, name)
 
@@ -800,9 +794,9 @@ class Comm:
         """Wait for a message from ``source`` (a rank or MPI.ANY_SOURCE) with ``tag``
         (any: MPI.ANY_TAG) and fill ``status`` with its source, tag and size,
         leaving it to the receive."""
-        tag = _recv_tag(tag)
+        tag = recv_tag(tag)
         if source == _MPI.PROC_NULL:
-            set_status(status, *_NULL)
+            set_status(status, *NULL_RECV)
         elif source == _MPI.ANY_SOURCE:
             set_status(status, *self._t.probe_any(tag, deadline()))
         else:
@@ -814,9 +808,9 @@ class Comm:
         has arrived (never waits); if so ``status`` gets its source, tag and size,
         and it is left to the receive. Messages that receives posted earlier
         (Irecv) will take are not reported."""
-        tag = _recv_tag(tag)
+        tag = recv_tag(tag)
         if source == _MPI.PROC_NULL:
-            set_status(status, *_NULL)
+            set_status(status, *NULL_RECV)
             return True
         if source == _MPI.ANY_SOURCE:
             got = self._t.iprobe_any(tag)
@@ -873,12 +867,6 @@ class Comm:
             out[...] = _reduce_rows(rows[:c.rank + 1], op)
         elif which == "exscan" and c.rank > 0:
             out[...] = _reduce_rows(rows[:c.rank], op)
-
-
-for _name in ("bcast", "send", "recv", "sendrecv", "isend", "irecv", "reduce", "allreduce",
-              "gather", "allgather", "scatter", "alltoall", "scan", "exscan", "bsend",
-              "ssend", "issend"):
-    setattr(Comm, _name, _pickle_refused(_name))
 
 
 def _probe_refused(name):

@@ -7,6 +7,17 @@ from mpi4py import MPI as _MPI
 from ..errors import InvalidArgumentError
 
 
+#: (source, tag, bytes) of a receive from MPI.PROC_NULL, for its status
+NULL_RECV = (_MPI.PROC_NULL, _MPI.ANY_TAG, 0)
+
+
+def recv_tag(tag) -> int:
+    """A receive's tag: tagged.ANY for MPI.ANY_TAG, else a send's tag, checked."""
+    from ..tagged import ANY, send_tag
+
+    return ANY if tag == _MPI.ANY_TAG else send_tag(tag)
+
+
 def set_status(status, source, tag, nbytes: int) -> None:
     """Fill an mpi4py MPI.Status (if one was given) for a message received."""
     if status is not None:
@@ -66,11 +77,6 @@ def _first_done(requests, active) -> int:
         pause = min(pause * 2, 1e-3)
 
 
-def _no_objects(done):
-    """A lower-case waitsome/testsome's (indices, objects): no pickled objects."""
-    return done, (None if done is None else [None] * len(done))
-
-
 class Request:
     """A request of an I-call. The non-blocking collectives (Iallreduce, Ireduce,
     Ireduce_scatter_block, Iscan, Iexscan, Ibcast, Iallgather, Iallgatherv,
@@ -85,8 +91,9 @@ class Request:
     of a request in flight are the call's until it completes, as in MPI. A
     request is active from its call until a Wait or a Test completes it; then it
     is MPI.REQUEST_NULL (false), as is ``MPI.Request()``, and the Wait*/Test* of
-    a list pass over it. The lower-case methods return what mpi4py's do for
-    buffer requests (no pickled objects: None in their places)."""
+    a list pass over it. The lower-case methods return what mpi4py's do: the
+    object a lower-case receive (Comm.irecv) took, None in the place of any other
+    request's."""
 
     def __init__(self):
         self._run = None  # what completes it (a receive made, a result placed)
@@ -96,6 +103,7 @@ class Request:
         self._cancel = None  # a posted receive: cancel it if nothing matched it yet
         self._cancelled = False
         self._detached = None  # Free calls it and drops ``_run`` (a send, a receive)
+        self._load = None  # a lower-case receive: its object, from the bytes it took
         self._active = False
         self._null = True  # equal to MPI.REQUEST_NULL, false
 
@@ -147,21 +155,25 @@ class Request:
         else:
             empty_status(status)
 
-    def _complete(self, status) -> None:
+    def _complete(self, status):
+        """Complete it if active; the object a lower-case receive took (None for
+        any other request, or one inactive)."""
         if not self._active:
-            return empty_status(status)
+            empty_status(status)
+            return None
         self._active = False
         self._null = not isinstance(self, Prequest)  # (a persistent one stays, inactive)
         self._finish()
         self._status(status)
+        load, self._load = self._load, None
+        return None if load is None or self._cancelled else load()
 
     def Wait(self, status=None):
         self._complete(status)
         return True
 
     def wait(self, status=None):
-        self._complete(status)
-        return None
+        return self._complete(status)
 
     def Test(self, status=None):
         if self._active and not self._ready():
@@ -170,7 +182,9 @@ class Request:
         return True
 
     def test(self, status=None):
-        return self.Test(status), None
+        if self._active and not self._ready():
+            return False, None
+        return True, self._complete(status)
 
     def Get_status(self, status=None) -> bool:
         """Whether the request is done, without completing it
@@ -215,19 +229,15 @@ class Request:
 
     @staticmethod
     def Waitall(requests, statuses=None):
-        requests = list(requests)
-        statuses = _statuses(statuses, len(requests))
-        for r, st in zip(requests, statuses):
-            if isinstance(r, Request):
-                r._complete(st)
-            else:
-                empty_status(st)
+        Request.waitall(requests, statuses)
         return True
 
     @staticmethod
     def waitall(requests, statuses=None):
-        Request.Waitall(requests, statuses)
-        return [None] * len(requests)
+        requests = list(requests)
+        statuses = _statuses(statuses, len(requests))
+        return [r._complete(st) if isinstance(r, Request) else empty_status(st)
+                for r, st in zip(requests, statuses)]
 
     @staticmethod
     def Testall(requests, statuses=None):
@@ -240,8 +250,10 @@ class Request:
 
     @staticmethod
     def testall(requests, statuses=None):
-        flag = Request.Testall(requests, statuses)
-        return flag, ([None] * len(requests) if flag else None)
+        requests = list(requests)
+        if not all(r._ready() for r in requests if _is_active(r)):
+            return False, None
+        return True, Request.waitall(requests, statuses)
 
     @staticmethod
     def Get_status_all(requests, statuses=None) -> bool:
@@ -268,28 +280,31 @@ class Request:
         if not active:
             empty_status(status)
             return _MPI.UNDEFINED
-        i = _first_done(requests, active)
-        requests[i]._complete(status)
-        return i
+        return Request.waitany(requests, status)[0]
 
     @staticmethod
     def waitany(requests, status=None):
-        return Request.Waitany(requests, status), None
+        requests = list(requests)
+        active = [k for k, r in enumerate(requests) if _is_active(r)]
+        if not active:
+            empty_status(status)
+            return _MPI.UNDEFINED, None
+        i = _first_done(requests, active)
+        return i, requests[i]._complete(status)
 
     @staticmethod
     def Testany(requests, status=None):
         """(index, True) for a request done and completed now; (MPI.UNDEFINED,
         False) when none of the active ones is done; (MPI.UNDEFINED, True) when
         none is active."""
-        requests = list(requests)
-        i, flag = Request._any(requests, status)
-        if i != _MPI.UNDEFINED:
-            requests[i]._complete(status)
-        return i, flag
+        return Request.testany(requests, status)[:2]
 
     @staticmethod
     def testany(requests, status=None):
-        return Request.Testany(requests, status) + (None,)
+        requests = list(requests)
+        i, flag = Request._any(requests, status)
+        obj = requests[i]._complete(status) if i != _MPI.UNDEFINED else None
+        return i, flag, obj
 
     @staticmethod
     def Get_status_any(requests, status=None):
@@ -315,44 +330,44 @@ class Request:
     def Waitsome(requests, statuses=None):
         """The indices of the requests completed now, at least one (those done,
         else the first active one waited for); None when none is active."""
-        return Request._some(list(requests), statuses, True)
+        return Request._some(list(requests), statuses, True)[0]
 
     @staticmethod
     def waitsome(requests, statuses=None):
-        return _no_objects(Request.Waitsome(requests, statuses))
+        """(indices, the objects their receives took), as Waitsome."""
+        return Request._some(list(requests), statuses, True)
 
     @staticmethod
     def Testsome(requests, statuses=None):
         """The indices of the requests done and completed now (maybe none); None
         when none is active."""
-        return Request._some(list(requests), statuses, False)
+        return Request._some(list(requests), statuses, False)[0]
 
     @staticmethod
     def testsome(requests, statuses=None):
-        return _no_objects(Request.Testsome(requests, statuses))
+        return Request._some(list(requests), statuses, False)
 
     @staticmethod
     def Get_status_some(requests, statuses=None):
         """The indices of the requests done (completing none); None when none is
         active."""
-        return Request._some(list(requests), statuses, False, complete=False)
+        return Request._some(list(requests), statuses, False, complete=False)[0]
 
     get_status_some = Get_status_some
 
     @staticmethod
     def _some(requests, statuses, wait, complete=True):
+        """(indices, objects) of the requests done (completed when ``complete``;
+        at least one when ``wait``); (None, None) when none is active."""
         active = [k for k, r in enumerate(requests) if _is_active(r)]
         if not active:
-            return None
+            return None, None
         done = [k for k in active if requests[k]._ready()]
         if not done and wait:
             done = [_first_done(requests, active)]
-        for k, st in zip(done, _statuses(statuses, len(done))):
-            if complete:
-                requests[k]._complete(st)
-            else:
-                requests[k].Get_status(st)
-        return done
+        objs = [requests[k]._complete(st) if complete else requests[k].Get_status(st) and None
+                for k, st in zip(done, _statuses(statuses, len(done)))]
+        return done, objs
 
     @staticmethod
     def Startall(requests):
@@ -406,6 +421,13 @@ def not_emulated(obj, name, real):
         raise NotEmulatedError(f"{kind}.{name}: not emulated by neuron_mpi.mpi "
                                "(docs/api.md, 'Front-ends', lists what is)")
     raise AttributeError(f"{kind!r} object has no attribute {name!r}")
+
+
+def posted_request(start) -> Request:
+    """The active Request of a receive posted by ``start`` (Comm._posted)."""
+    req = Request._new()
+    req._run = start(req)
+    return req
 
 
 def done() -> Request:

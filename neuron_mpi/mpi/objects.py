@@ -1,0 +1,254 @@
+"""mpi4py's lower-case methods, which carry any picklable Python object, on the
+facade's communicators (mixed into Comm).
+
+An object is pickled with mpi4py's own serializer (``MPI.pickle``, which a program
+may configure, as with mpi4py) into bytes, and the bytes move by the calls the
+buffer methods use: tagged point to point for ``send``/``recv`` and their kin, and
+for the collectives first the sizes, then the bytes (an all-gather of sizes and
+an all-gather-v for ``allgather``; a broadcast of the size and of the bytes for
+``bcast``; ...). Nothing below the front-end pickles: the emulator moves bytes,
+as for any buffer (docs/architecture.md, "Front-ends").
+
+The reductions (``reduce``, ``allreduce``, ``scan``, ``exscan``) apply ``op`` to the
+objects in rank order, ``op(op(x0, x1), x2)``..., as mpi4py's do: ``MPI.SUM``,
+``MPI.MAXLOC``, ``MPI.REPLACE`` and the rest are callables on Python objects there,
+and so is any function of two objects. ``allreduce`` folds the gathered objects on
+every rank, so every rank gets the same result.
+
+An argument one rank finds wrong (an object that cannot be pickled, a root out of
+range, a sequence of the wrong length) fails every member's call, before any bytes
+move; a root out of range raises mpi4py's ``MPI.Exception`` with ``MPI.ERR_ROOT``,
+as mpi4py does.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from mpi4py import MPI as _MPI
+
+from ..errors import InvalidArgumentError
+from ..tagged import ANY, deadline
+from .buffers import Msg, as_bytes
+from .requests import NULL_RECV, done, posted_request, recv_tag, set_status
+
+
+def _loads(data):
+    """The object of a message's bytes; None for none (a receive from
+    MPI.PROC_NULL, as mpi4py's)."""
+    return None if len(data) == 0 else _MPI.pickle.loads(data)
+
+
+def _fold(items, op):
+    """``items`` reduced by ``op`` left to right (rank order)."""
+    acc = items[0]
+    for x in items[1:]:
+        acc = op(acc, x)
+    return acc
+
+
+def _sizes(parts) -> np.ndarray:
+    return np.array([p.size for p in parts], np.int64)
+
+
+def split_pickles(data: np.ndarray, sizes) -> list:
+    """The objects of ``data``, the pickles of ``sizes`` bytes laid end to end."""
+    ends = np.cumsum(sizes)
+    return [_loads(data[e - k:e]) for k, e in zip(sizes.tolist(), ends.tolist())]
+
+
+class Objects:
+    """The lower-case (pickle-based) methods of the facade's communicators."""
+
+    # --- what every collective checks first ------------------------------------------
+    def _dumped(self, obj, name, op) -> np.ndarray:
+        """``obj`` pickled (bytes); one that cannot be fails every member's ``op``."""
+        try:
+            return np.frombuffer(_MPI.pickle.dumps(obj), np.uint8)
+        except Exception as e:  # (pickle raises PicklingError, TypeError, AttributeError...)
+            err = InvalidArgumentError(f"{name}: cannot be pickled: {type(e).__name__}: {e}")
+            err.__cause__ = e
+            self._c.refuse(op, err)
+
+    def _root_of(self, root, op) -> int:
+        """``root``, checked on every rank: out of range it fails every member's
+        ``op`` with mpi4py's MPI.Exception(MPI.ERR_ROOT)."""
+        if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
+            self._c.refuse(op, InvalidArgumentError(
+                f"root: expected a rank (int), got {type(root).__name__}"))
+        if not 0 <= root < self._c.size:
+            self._c.refuse(op, _MPI.Exception(_MPI.ERR_ROOT))
+        return int(root)
+
+    def _each(self, sendobj, op) -> list:
+        """A sequence of one object per member (scatter's, alltoall's), pickled."""
+        n = self._c.size
+        try:
+            items = list(sendobj)
+        except TypeError:
+            items = None
+        if items is None or len(items) != n:
+            got = type(sendobj).__name__ if items is None else f"{len(items)} objects"
+            self._c.refuse(op, InvalidArgumentError(
+                f"sendobj: expected a sequence of {n} objects (one per rank), got {got}"))
+        return [self._dumped(x, "sendobj", op) for x in items]
+
+    # --- collectives -----------------------------------------------------------------
+    def bcast(self, obj=None, root=0):
+        """The root's ``obj`` on every rank (a copy on the root too, as mpi4py's)."""
+        c = self._c
+        root = self._root_of(root, "broadcast")
+        mine = c.rank == root
+        data = self._dumped(obj, "obj", "broadcast") if mine else None
+        n = np.array([0 if data is None else data.size], np.int64)
+        c.broadcast(n, root, out=n)
+        if not mine:
+            data = np.empty(int(n[0]), np.uint8)
+        c.broadcast(data, root, out=None if mine else data)
+        return _loads(data)
+
+    def allgather(self, sendobj):
+        """Every rank's ``sendobj``, a list in rank order, on every rank."""
+        c = self._c
+        data = self._dumped(sendobj, "sendobj", "all_gather")
+        sizes = c.all_gather(np.array([data.size], np.int64))
+        return split_pickles(c.all_gather_v(data, sizes.tolist()), sizes)
+
+    def gather(self, sendobj, root=0):
+        """Every rank's ``sendobj``, a list in rank order, on the root; None elsewhere."""
+        c = self._c
+        root = self._root_of(root, "all_gather")
+        data = self._dumped(sendobj, "sendobj", "all_gather")
+        sizes = c.all_gather(np.array([data.size], np.int64))
+        got = c.gather(data, root, counts=sizes.tolist())
+        return split_pickles(got, sizes) if c.rank == root else None
+
+    def scatter(self, sendobj=None, root=0):
+        """Item i of the root's ``sendobj`` (a sequence of one object per rank) on
+        rank i."""
+        c = self._c
+        root = self._root_of(root, "broadcast")
+        mine = c.rank == root
+        parts = self._each(sendobj, "broadcast") if mine else None
+        sizes = _sizes(parts) if mine else np.empty(c.size, np.int64)
+        c.broadcast(sizes, root, out=None if mine else sizes)
+        out = np.empty(int(sizes[c.rank]), np.uint8)
+        x = np.concatenate(parts) if mine else None
+        c.scatter(x, out, root, counts=sizes.tolist())
+        return _loads(out)
+
+    def alltoall(self, sendobj):
+        """Item i of every rank's ``sendobj`` (a sequence of one object per rank) on
+        rank i, a list in rank order."""
+        c = self._c
+        parts = self._each(sendobj, "all_to_all")
+        sent = _sizes(parts)
+        sizes = c.all_to_all(sent)
+        got = c.all_to_all_v(np.concatenate(parts), sent.tolist(), sizes.tolist())
+        return split_pickles(got, sizes)
+
+    def reduce(self, sendobj, op=_MPI.SUM, root=0):
+        """``op`` over every rank's ``sendobj`` in rank order, on the root; None
+        elsewhere."""
+        items = self.gather(sendobj, root)
+        return None if items is None else _fold(items, op)
+
+    def allreduce(self, sendobj, op=_MPI.SUM):
+        """``op`` over every rank's ``sendobj`` in rank order, the same on every rank."""
+        return _fold(self.allgather(sendobj), op)
+
+    def scan(self, sendobj, op=_MPI.SUM):
+        """``op`` over the ``sendobj`` of ranks 0 to this one, in rank order."""
+        return _fold(self.allgather(sendobj)[:self._c.rank + 1], op)
+
+    def exscan(self, sendobj, op=_MPI.SUM):
+        """``op`` over the ``sendobj`` of ranks 0 to the one before this one; None on
+        rank 0."""
+        items = self.allgather(sendobj)[:self._c.rank]
+        return _fold(items, op) if items else None
+
+    # --- point to point --------------------------------------------------------------
+    def _obj_bytes(self, obj):
+        """What _send_bytes sends for ``obj``: its pickle (made only for a real
+        destination)."""
+        return lambda: np.frombuffer(_MPI.pickle.dumps(obj), np.uint8)
+
+    def send(self, obj, dest, tag=0) -> None:
+        """Send ``obj`` (its bytes have left at return, as Send's)."""
+        self._send_bytes(self._obj_bytes(obj), dest, tag)
+
+    bsend = send
+
+    def ssend(self, obj, dest, tag=0) -> None:
+        """Send ``obj`` and return once a receive at ``dest`` has taken it."""
+        self._sent_synced(self._send_bytes(self._obj_bytes(obj), dest, tag, True), dest)
+
+    def isend(self, obj, dest, tag=0):
+        """Send ``obj``; a Request done at the call (its bytes have left)."""
+        self.send(obj, dest, tag)
+        return done()
+
+    ibsend = isend
+
+    def issend(self, obj, dest, tag=0):
+        """Send ``obj``; a Request done once a receive at ``dest`` has taken it."""
+        return self._issued(self._send_bytes(self._obj_bytes(obj), dest, tag, True), dest)
+
+    def recv(self, buf=None, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG, status=None):
+        """The object of the message MPI's matching gives a receive from ``source``
+        with ``tag``, of any size. ``buf`` (deprecated in mpi4py, which warns so
+        too): receive into that buffer, or into that many bytes, instead."""
+        if buf is not None:
+            warnings.warn("the 'buf' argument is deprecated", UserWarning, stacklevel=2)
+        return self._recv_obj(buf, source, recv_tag(tag), status)
+
+    def _recv_obj(self, buf, source, tag, status):
+        """recv's object (``tag``: checked, tagged.ANY for any)."""
+        if source == _MPI.PROC_NULL:
+            set_status(status, *NULL_RECV)
+            return None
+        if buf is not None:
+            out = self._obj_landing(buf)
+            return _loads(out[:self._receive(out, source, tag, status)])
+        if source == _MPI.ANY_SOURCE:
+            src, t, data = self._t.recv_bytes(ANY, tag, deadline())
+        else:
+            src, t, data = self._t.recv_bytes(source, tag)
+        set_status(status, src, t, data.size)
+        return _loads(data)
+
+    @staticmethod
+    def _obj_landing(buf) -> np.ndarray:
+        """Where a lower-case receive given ``buf`` lands: that many bytes (an
+        int), or the buffer itself."""
+        if isinstance(buf, (int, np.integer)) and not isinstance(buf, bool):
+            if buf < 0:
+                raise InvalidArgumentError(f"buf: expected a size of at least 0, got {buf}")
+            return np.empty(int(buf), np.uint8)
+        out = as_bytes(Msg(buf, "buf").elems())
+        if not out.flags.writeable:
+            raise InvalidArgumentError("buf: expected a writeable buffer, got a read-only one")
+        return out
+
+    def sendrecv(self, sendobj, dest, sendtag=0, recvbuf=None, source=_MPI.ANY_SOURCE,
+                 recvtag=_MPI.ANY_TAG, status=None):
+        """Send ``sendobj`` to ``dest``, then return the object received from
+        ``source`` (a send leaves at the call, so two ranks exchanging cannot wait
+        for each other)."""
+        recvtag = recv_tag(recvtag)  # (checked before anything is sent)
+        self.send(sendobj, dest, sendtag)
+        return self._recv_obj(recvbuf, source, recvtag, status)
+
+    def irecv(self, buf=None, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG):
+        """A receive posted now, made at the Request's wait (or a test that finds
+        its message), whose ``wait()`` returns the object. As mpi4py's, it lands in
+        ``buf``: a buffer, a number of bytes, or (None) mpi4py.rc.irecv_bufsz bytes
+        (32 KiB); a longer message fails its wait (MPI_ERR_TRUNCATE)."""
+        if buf is None:
+            import mpi4py
+
+            buf = getattr(mpi4py.rc, "irecv_bufsz", 32768)
+        out = self._obj_landing(buf)
+        req = posted_request(self._posted(out, source, tag))
+        req._load = lambda: _loads(out[:req._info[2]])
+        return req

@@ -231,6 +231,33 @@ class Tagged:
         m = self._free(ANY, tag)
         return None if m is None else (m.src, m.tag, m.data.nbytes)
 
+    def mprobe(self, src: int, tag: int, end=False) -> _Message:
+        """Wait for the message a receive from ``src`` (ANY: any source) with
+        ``tag`` would take, and keep it for ``mrecv`` alone (MPI_Mprobe: no other
+        receive or probe takes it). ``end``: as ``_wait``'s."""
+        what = _any_what("mprobe", tag) if src == ANY else f"mprobe from {src}"
+        m = self._wait(lambda: self._free(src, tag), src, what, end)
+        self._claimed.add(m)
+        return m
+
+    def improbe(self, src: int, tag: int):
+        """``mprobe`` without waiting: the message kept, or None (MPI_Improbe)."""
+        self._pull_for(src)
+        m = self._free(src, tag)
+        if m is not None:
+            self._claimed.add(m)
+        return m
+
+    def mrecv(self, m: _Message, out=None) -> tuple:
+        """Receive the message ``mprobe`` or ``improbe`` kept: into ``out`` (bytes;
+        (source, tag, size)), or (None) as its own bytes ((source, tag, bytes)). A
+        synchronous send is acknowledged now."""
+        self._claimed.discard(m)
+        if out is None:
+            self._unlist(m)
+            return m.src, m.tag, m.data
+        return self._deliver(out, m)
+
     def post(self, out: np.ndarray, src: int, tag: int) -> Posted:
         """A receive from ``src`` (ANY: any source) made later: its message is the
         one MPI's matching gives it. The receives posted before it take theirs

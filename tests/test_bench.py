@@ -440,6 +440,21 @@ def test_facade_p2p_benchmark_runs_every_way_exactly():
     assert odd.returncode != 0 and "needs an even number of ranks" in odd.stderr
 
 
+def test_facade_objects_benchmark_runs_every_operation_alike():
+    """benchmarks/facade_objects.py on 3 ranks: a row per object and operation,
+    every rank's result the same as mpi4py's own call gave, exit 0."""
+    prog = [sys.executable, str(ROOT / "benchmarks" / "facade_objects.py")]
+    res = _launch(["--iters", "2", "--array-bytes", "40KB"], program=prog, ranks=3,
+                  NEURON_MPI_STRICT="0")
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = [ln.split() for ln in res.stdout.splitlines() if ln.startswith("  ")]
+    assert [(r[0], r[2]) for r in rows] == [
+        (k, op) for k in ("float", "dict", "array")
+        for op in ("bcast", "allreduce", "allgather", "gather", "scatter", "alltoall",
+                   "sendrecv", "pingpong")]
+    assert all(r[-1] == "yes" and float(r[4]) > 0 for r in rows)
+
+
 def test_p2p_benchmark_runs_every_method_exactly():
     """benchmarks/p2p.py on 8 ranks: a row per size and method (the MPI baseline at
     1.00), every result exact, exit 0."""

@@ -5,8 +5,9 @@ The test command fetches mpi4py's source distribution for the installed mpi4py
 (``pip download --no-deps --no-binary :all: mpi4py==<version>``, about a second;
 nothing is committed), takes test/test_cco_buf.py, test_cco_nb_buf.py,
 test_cco_vec.py, test_cco_nb_vec.py, test_p2p_buf.py, test_request.py,
-test_comm_topo.py and the pickled objects' test_cco_obj.py, test_p2p_obj.py and
-test_cco_ngh_obj.py with the helpers they import, and runs them, unmodified, under
+test_comm_topo.py, the pickled objects' test_cco_obj.py, test_p2p_obj.py and
+test_cco_ngh_obj.py, and the matched probes' test_p2p_buf_matched.py and
+test_p2p_obj_matched.py, with the helpers they import, and runs them, unmodified, under
 
     mpiexec -n N python -m neuron_mpi.mpi -m pytest test_cco_buf.py ...
 
@@ -34,7 +35,8 @@ from test_mpi_suites import _tail, base_env, launch, mpiexec, summary_counts
 
 FILES = ("test_cco_buf.py", "test_cco_nb_buf.py", "test_cco_vec.py", "test_cco_nb_vec.py",
          "test_p2p_buf.py", "test_request.py", "test_comm_topo.py", "test_cco_obj.py",
-         "test_p2p_obj.py", "test_cco_ngh_obj.py", "arrayimpl.py", "dlpackimpl.py",
+         "test_p2p_obj.py", "test_cco_ngh_obj.py", "test_p2p_buf_matched.py",
+         "test_p2p_obj_matched.py", "arrayimpl.py", "dlpackimpl.py",
          "mpiunittest.py", "mpitestutil.py")
 CHECKS = Path(__file__).resolve().parent / "outside" / "mpi4py_checks.py"  # ours, same launch
 DESELECTED = ("testBcastTypeIndexed",  # derived datatype (MPI.Datatype.Create_indexed)
@@ -52,7 +54,8 @@ UPSTREAM = {"test_cco_buf.py": (67, 0, 4), "test_cco_nb_buf.py": (67, 0, 4),
             "test_cco_vec.py": (50, 12, 0), "test_cco_nb_vec.py": (50, 12, 0),
             "test_p2p_buf.py": (48, 0, 4), "test_request.py": (12, 0, 0),
             "test_comm_topo.py": (32, 0, 0), "test_cco_obj.py": (40, 0, 0),
-            "test_p2p_obj.py": (88, 0, 4), "test_cco_ngh_obj.py": (8, 0, 0)}
+            "test_p2p_obj.py": (88, 0, 4), "test_cco_ngh_obj.py": (8, 0, 0),
+            "test_p2p_buf_matched.py": (11, 0, 0), "test_p2p_obj_matched.py": (10, 0, 0)}
 SMALL_ONLY = ("test_cco_vec.py", "test_cco_nb_vec.py", "test_p2p_buf.py")
 # mpi4py's test/main.py has --no-numba for the same purpose (it hides numba entirely;
 # neuron_mpi needs numba's CPU compiler, so only numba.cuda is hidden)

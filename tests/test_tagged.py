@@ -236,6 +236,29 @@ def test_a_receive_of_any_size_takes_what_a_receive_would_and_acknowledges_it():
         b.recv_bytes(ANY, ANY, 0.0)
 
 
+def test_a_matched_probe_keeps_its_message_for_its_receive_alone():
+    """mprobe/improbe (MPI_Mprobe): the message found is passed over by every other
+    receive, probe and posted receive, and taken by mrecv only (a synchronous send
+    acknowledged then, not at the probe)."""
+    a, b = _pair()
+    assert b.improbe(0, ANY) is None
+    n = a.send(_b(1.0), 1, 5, sync=True)
+    a.send(_b(2.0), 1, 5)
+    m = b.mprobe(0, 5)
+    assert (m.src, m.tag) == (0, 5) and not a.acked(1, n)
+    assert b.probe(0, ANY) == (5, 8)  # (the second message)
+    y = np.zeros(1)
+    r = b.post(y.view(np.uint8), 0, 5)
+    assert r() == (0, 5, 8) and y[0] == 2.0
+    x = np.zeros(1)
+    assert b.mrecv(m, x.view(np.uint8)) == (0, 5, 8) and x[0] == 1.0 and a.acked(1, n)
+    a.send(_b(3.0), 1, 6)
+    k = b.improbe(ANY, 6)
+    src, tag, data = b.mrecv(k)
+    assert (src, tag, data.view(np.float64)[0]) == (0, 6, 3.0)
+    assert b.iprobe_any(ANY) is None
+
+
 def test_a_posted_receive_does_not_wait_for_an_earlier_ones_message():
     """As MPI: q2 (tag 2) completes once its message is here although q1 (tag 1),
     posted first, has none; an error of q1 (MPI_ERR_TRUNCATE) is q1's, every time

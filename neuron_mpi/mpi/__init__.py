@@ -31,10 +31,11 @@ from __future__ import annotations
 from mpi4py import MPI as _MPI
 
 from .comm import Cartcomm, Comm, Distgraphcomm, Graphcomm, Intracomm  # noqa: F401
+from .message import Message  # noqa: F401
 from .requests import NotEmulatedError, Prequest, Request  # noqa: F401
 
 _EMULATED = ("COMM_WORLD", "COMM_SELF", "Comm", "Intracomm", "Cartcomm", "Graphcomm",
-             "Distgraphcomm", "Request", "Prequest",
+             "Distgraphcomm", "Request", "Prequest", "Message",
              "MPI", "NotEmulatedError")
 _STATE: dict = {}
 

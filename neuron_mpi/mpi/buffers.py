@@ -15,6 +15,14 @@ def is_in_place(spec) -> bool:
     return spec is _MPI.IN_PLACE or spec is None
 
 
+def landing(buf, name) -> np.ndarray:
+    """A receive's buffer as bytes, checked writeable before anything is taken."""
+    out = as_bytes(Msg(buf, name).elems())
+    if not out.flags.writeable:
+        raise InvalidArgumentError(f"{name}: expected a writeable buffer, got a read-only one")
+    return out
+
+
 def array_of(obj, name) -> np.ndarray:
     """A 1-D numpy array over the memory of ``obj`` (no copy): numpy arrays as they
     are, other buffers through the buffer protocol, DLPack and the CUDA array

@@ -11,10 +11,11 @@ from .. import kernels
 from ..kernels.reference import UFUNCS as _UFUNC
 from ..errors import InvalidArgumentError
 from ..tagged import ANY, Barrier, Tagged, deadline, send_tag
-from .buffers import Msg, as_bytes, is_in_place, place, real_parts
+from .buffers import Msg, as_bytes, is_in_place, landing, place, real_parts
 from .objects import Objects
-from .requests import (NULL_RECV, Prequest, Request, done, not_emulated, posted_request,
-                       recv_tag, set_status, started)
+from .message import Message
+from .requests import (NULL_RECV, Prequest, Request, done, empty_status, not_emulated,
+                       posted_request, recv_tag, set_status, started)
 from .topo import Cartcomm as _Grid
 from .topo import Distgraphcomm as _DistGraph
 from .topo import Graphcomm as _Graph
@@ -52,14 +53,6 @@ def _agreed(fn):
                 raise
             self._c.refuse(fn.__name__, e)
     return wrapper
-
-
-def _landing(buf, name) -> np.ndarray:
-    """A receive's buffer as bytes, checked writeable before anything is taken."""
-    out = as_bytes(Msg(buf, name).elems())
-    if not out.flags.writeable:
-        raise InvalidArgumentError(f"{name}: expected a writeable buffer, got a read-only one")
-    return out
 
 
 def _carried(dt: np.dtype) -> bool:
@@ -657,7 +650,7 @@ class Comm(Objects):
     def Recv(self, buf, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG, status=None) -> None:
         if source == _MPI.PROC_NULL:
             return set_status(status, *NULL_RECV)
-        out = _landing(buf, "buf")
+        out = landing(buf, "buf")
         self._receive(out, source, recv_tag(tag), status)
 
     def _receive(self, out, source, tag, status) -> int:
@@ -684,7 +677,7 @@ class Comm(Objects):
         self._sendrecv(buf, dest, sendtag, buf, source, recvtag, status, "buf")
 
     def _sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status, name):
-        out = None if source == _MPI.PROC_NULL else _landing(recvbuf, name)
+        out = None if source == _MPI.PROC_NULL else landing(recvbuf, name)
         recvtag = recv_tag(recvtag)
         self.Send(sendbuf, dest, sendtag)
         if out is None:
@@ -750,7 +743,7 @@ class Comm(Objects):
             def start_null(req):
                 req._info = NULL_RECV
             return start_null
-        out = _landing(buf, name)
+        out = landing(buf, name)
 
         def start(req):
             r = self._t.post(out, source, tag)
@@ -822,8 +815,40 @@ class Comm(Objects):
         set_status(status, *got)
         return True
 
+    def Mprobe(self, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG, status=None) -> Message:
+        """MPI_Mprobe: wait for the message a receive from ``source`` with ``tag``
+        would take and keep it for the returned Message (its Recv/Irecv, or
+        recv/irecv for an object, alone take it); MPI.MESSAGE_NO_PROC from
+        MPI.PROC_NULL."""
+        tag = recv_tag(tag)
+        if source == _MPI.PROC_NULL:
+            set_status(status, *NULL_RECV)
+            return Message._of(None, None)
+        if source == _MPI.ANY_SOURCE:
+            m = self._t.mprobe(ANY, tag, deadline())
+        else:
+            m = self._t.mprobe(source, tag)
+        set_status(status, m.src, m.tag, m.data.nbytes)
+        return Message._of(self._t, m)
+
+    def Improbe(self, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG, status=None):
+        """MPI_Improbe: Mprobe without waiting; None (and the empty status) when no
+        such message has arrived."""
+        tag = recv_tag(tag)
+        if source == _MPI.PROC_NULL:
+            set_status(status, *NULL_RECV)
+            return Message._of(None, None)
+        m = self._t.improbe(ANY if source == _MPI.ANY_SOURCE else source, tag)
+        if m is None:
+            empty_status(status)
+            return None
+        set_status(status, m.src, m.tag, m.data.nbytes)
+        return Message._of(self._t, m)
+
     probe = Probe
     iprobe = Iprobe
+    mprobe = Mprobe
+    improbe = Improbe
 
     # --- helpers -------------------------------------------------------------------------
     def _check_dtype(self, x, out, name):
@@ -869,17 +894,6 @@ class Comm(Objects):
             out[...] = _reduce_rows(rows[:c.rank], op)
 
 
-def _probe_refused(name):
-    def method(self, *args, **kwargs):
-        raise NotImplementedError(
-            f"Comm.{name}: matched probes (MPI.Message) are not emulated: Probe or "
-            "Iprobe, then Recv, from a named source")
-    method.__name__ = name
-    return method
-
-
-for _name in ("mprobe", "improbe", "Mprobe", "Improbe"):
-    setattr(Comm, _name, _probe_refused(_name))
 # (not pickle-based: the same as the buffer methods)
 Comm.barrier = Comm.Barrier
 Comm.ibarrier = Comm.Ibarrier

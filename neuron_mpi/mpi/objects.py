@@ -29,11 +29,11 @@ from mpi4py import MPI as _MPI
 
 from ..errors import InvalidArgumentError
 from ..tagged import ANY, deadline
-from .buffers import Msg, as_bytes
+from .buffers import landing
 from .requests import NULL_RECV, done, posted_request, recv_tag, set_status
 
 
-def _loads(data):
+def loads(data):
     """The object of a message's bytes; None for none (a receive from
     MPI.PROC_NULL, as mpi4py's)."""
     return None if len(data) == 0 else _MPI.pickle.loads(data)
@@ -54,7 +54,7 @@ def _sizes(parts) -> np.ndarray:
 def split_pickles(data: np.ndarray, sizes) -> list:
     """The objects of ``data``, the pickles of ``sizes`` bytes laid end to end."""
     ends = np.cumsum(sizes)
-    return [_loads(data[e - k:e]) for k, e in zip(sizes.tolist(), ends.tolist())]
+    return [loads(data[e - k:e]) for k, e in zip(sizes.tolist(), ends.tolist())]
 
 
 class Objects:
@@ -105,7 +105,7 @@ class Objects:
         if not mine:
             data = np.empty(int(n[0]), np.uint8)
         c.broadcast(data, root, out=None if mine else data)
-        return _loads(data)
+        return loads(data)
 
     def allgather(self, sendobj):
         """Every rank's ``sendobj``, a list in rank order, on every rank."""
@@ -135,7 +135,7 @@ class Objects:
         out = np.empty(int(sizes[c.rank]), np.uint8)
         x = np.concatenate(parts) if mine else None
         c.scatter(x, out, root, counts=sizes.tolist())
-        return _loads(out)
+        return loads(out)
 
     def alltoall(self, sendobj):
         """Item i of every rank's ``sendobj`` (a sequence of one object per rank) on
@@ -209,13 +209,13 @@ class Objects:
             return None
         if buf is not None:
             out = self._obj_landing(buf)
-            return _loads(out[:self._receive(out, source, tag, status)])
+            return loads(out[:self._receive(out, source, tag, status)])
         if source == _MPI.ANY_SOURCE:
             src, t, data = self._t.recv_bytes(ANY, tag, deadline())
         else:
             src, t, data = self._t.recv_bytes(source, tag)
         set_status(status, src, t, data.size)
-        return _loads(data)
+        return loads(data)
 
     @staticmethod
     def _obj_landing(buf) -> np.ndarray:
@@ -225,10 +225,7 @@ class Objects:
             if buf < 0:
                 raise InvalidArgumentError(f"buf: expected a size of at least 0, got {buf}")
             return np.empty(int(buf), np.uint8)
-        out = as_bytes(Msg(buf, "buf").elems())
-        if not out.flags.writeable:
-            raise InvalidArgumentError("buf: expected a writeable buffer, got a read-only one")
-        return out
+        return landing(buf, "buf")
 
     def sendrecv(self, sendobj, dest, sendtag=0, recvbuf=None, source=_MPI.ANY_SOURCE,
                  recvtag=_MPI.ANY_TAG, status=None):
@@ -250,5 +247,5 @@ class Objects:
             buf = getattr(mpi4py.rc, "irecv_bufsz", 32768)
         out = self._obj_landing(buf)
         req = posted_request(self._posted(out, source, tag))
-        req._load = lambda: _loads(out[:req._info[2]])
+        req._load = lambda: loads(out[:req._info[2]])
         return req

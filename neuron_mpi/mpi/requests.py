@@ -131,6 +131,11 @@ class Request:
 
     __hash__ = object.__hash__
 
+    def __reduce__(self):
+        if not self._null:  # (as mpi4py's: only a null request is pickled)
+            raise ValueError(f"cannot pickle an active request ({type(self).__name__})")
+        return Request, ()
+
     def _ready(self) -> bool:
         """Done, or done by Wait at once (a receive whose message is here): Test
         may complete it."""

@@ -280,7 +280,8 @@ def test_pickled_objects():
     """The lower-case methods carry any picklable object: collectives whose
     reductions fold in rank order with any op, an object larger than a joined
     message (32 KiB), receives from any source with their status, an irecv into
-    mpi4py's default 32 KiB (a longer message fails its wait) or a size given."""
+    mpi4py's default 32 KiB (a longer message fails its wait) or a size given, a
+    matched probe's message taken by its Message alone."""
     assert W.bcast({"r": R} if R == 0 else None, root=0) == {"r": 0}
     assert W.allgather((R, "x" * R)) == [(r, "x" * r) for r in range(N)]
     big = np.arange(50_000, dtype=np.float64) * (R + 1)  # 400 KB pickled
@@ -311,6 +312,13 @@ def test_pickled_objects():
     assert np.array_equal(sized.wait(), got)
     assert W.sendrecv(R, nxt, source=prv) == prv
     assert W.recv(source=MPI.PROC_NULL) is None
+    # a matched probe keeps its message: a receive of any tag passes over it
+    W.send("kept", nxt, tag=11)
+    W.send("next", nxt, tag=12)
+    m = W.mprobe(MPI.ANY_SOURCE, 11, st)
+    assert st.Get_source() == prv and st.Get_tag() == 11 and m
+    assert W.recv(source=prv, tag=MPI.ANY_TAG) == "next"
+    assert m.recv() == "kept" and not m and m == MPI.MESSAGE_NULL
     W.Barrier()
 
 

@@ -907,6 +907,8 @@ class Cartcomm(_Grid, Comm):
     # (a buffer error one rank finds fails the others' all-to-all-v too)
     Neighbor_allgather = _agreed(_Grid.Neighbor_allgather)
     Neighbor_alltoall = _agreed(_Grid.Neighbor_alltoall)
+    Neighbor_allgatherv = _agreed(_Grid.Neighbor_allgatherv)
+    Neighbor_alltoallv = _agreed(_Grid.Neighbor_alltoallv)
 
 
 class Graphcomm(_Graph, Comm):
@@ -914,6 +916,8 @@ class Graphcomm(_Graph, Comm):
 
     Neighbor_allgather = _agreed(_Graph.Neighbor_allgather)
     Neighbor_alltoall = _agreed(_Graph.Neighbor_alltoall)
+    Neighbor_allgatherv = _agreed(_Graph.Neighbor_allgatherv)
+    Neighbor_alltoallv = _agreed(_Graph.Neighbor_alltoallv)
 
 
 class Distgraphcomm(_DistGraph, Comm):
@@ -922,6 +926,8 @@ class Distgraphcomm(_DistGraph, Comm):
 
     Neighbor_allgather = _agreed(_DistGraph.Neighbor_allgather)
     Neighbor_alltoall = _agreed(_DistGraph.Neighbor_alltoall)
+    Neighbor_allgatherv = _agreed(_DistGraph.Neighbor_allgatherv)
+    Neighbor_alltoallv = _agreed(_DistGraph.Neighbor_alltoallv)
 
 
 class _FreedCommunicator:

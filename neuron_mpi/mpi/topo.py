@@ -114,43 +114,70 @@ class _Neighbourhood:
         (its datatype and size checked against ``r``)."""
         out = r.a
         sources, dests = self._inout()
-        if sent.dtype != out.dtype:
-            raise InvalidArgumentError(
-                f"recvbuf: datatype {out.dtype} differs from the send buffer's {sent.dtype}")
+        _receivable(sent, out)
         if sources and dests and sent.size > slot:
             raise InvalidArgumentError(
                 f"recvbuf: {slot} elements per neighbour, fewer than the {sent.size} sent "
                 "(MPI_ERR_TRUNCATE)")
-        if not out.flags.writeable:
-            raise InvalidArgumentError("recvbuf: expected a writeable buffer, got a read-only one")
         if out.size < slot * len(sources):
             raise InvalidArgumentError(
                 f"recvbuf: {out.size} elements, fewer than {len(sources)} blocks of {slot}")
-        nbytes = sent.nbytes
         # each source sends its blocks as large as this rank's (no out-neighbours:
         # as the receive's blocks)
-        per = nbytes if dests else slot * out.itemsize
+        m = sent.size if dests else slot
+        self._swap([as_bytes(b) for b in blocks], out, [m] * len(sources),
+                   [j * slot for j in range(len(sources))])
+
+    def _swap(self, parts, out, counts, displs) -> None:
+        """Send ``parts[k]`` (bytes) to out-neighbour k and receive ``counts[j]``
+        elements from in-neighbour j into ``out[displs[j]:]``: one all-to-all-v of
+        the communicator (every member calls it, with or without neighbours), each
+        destination's blocks in the order of their k; nothing from MPI.PROC_NULL."""
+        sources, dests = self._inout()
         n = self.Get_size()
         send_counts = [0] * n
-        parts = []
+        ordered = []
         for d in range(n):  # (each destination's blocks, in the order of k)
             for k, dst in enumerate(dests):
                 if dst == d:
-                    parts.append(as_bytes(blocks[k]))
-                    send_counts[d] += nbytes
+                    ordered.append(parts[k])
+                    send_counts[d] += parts[k].nbytes
         recv_counts = [0] * n
         order: dict = {}
         for j, src in enumerate(sources):
             if src != _MPI.PROC_NULL:
                 order.setdefault(src, []).append((self._sent_as(j), j))
-                recv_counts[src] += per
-        x = np.concatenate(parts) if parts else np.empty(0, np.uint8)
+                recv_counts[src] += counts[j] * out.itemsize
+        x = np.concatenate(ordered) if ordered else np.empty(0, np.uint8)
         got = self._c.all_to_all_v(x, send_counts, recv_counts).view(out.dtype)
-        m, offset = per // out.itemsize, 0
+        offset = 0
         for src in range(n):
             for _, j in sorted(order.get(src, ())):
-                out[j * slot:j * slot + m] = got[offset:offset + m]
-                offset += m
+                out[displs[j]:displs[j] + counts[j]] = got[offset:offset + counts[j]]
+                offset += counts[j]
+
+    def Neighbor_allgatherv(self, sendbuf, recvbuf) -> None:
+        """Every in-neighbour's ``sendbuf`` into ``recvbuf``'s block j (a -v spec:
+        count and displacement per in-neighbour, as mpi4py reads them); a block of
+        MPI.PROC_NULL is left as it was."""
+        sources, dests = self._inout()
+        x = Msg(sendbuf, "sendbuf").elems()
+        r = Msg(recvbuf, "recvbuf", vector=True)
+        counts, displs = _per_neighbour(r, len(sources))
+        _receivable(x, r.a)
+        self._swap([as_bytes(x)] * len(dests), r.a, counts, displs)
+
+    def Neighbor_alltoallv(self, sendbuf, recvbuf) -> None:
+        """``sendbuf``'s block k to out-neighbour k, in-neighbour j's into
+        ``recvbuf``'s block j (-v specs: count and displacement per neighbour); a
+        block of MPI.PROC_NULL is left as it was."""
+        sources, dests = self._inout()
+        s = Msg(sendbuf, "sendbuf", vector=True)
+        sc, sd = _per_neighbour(s, len(dests))
+        r = Msg(recvbuf, "recvbuf", vector=True)
+        rc, rd = _per_neighbour(r, len(sources))
+        _receivable(s.a, r.a)
+        self._swap([as_bytes(s.a[d:d + k]) for k, d in zip(sc, sd)], r.a, rc, rd)
 
     def neighbor_allgather(self, sendobj) -> list:
         """Every in-neighbour's ``sendobj`` (pickled, as mpi4py's), a list in
@@ -209,6 +236,30 @@ class _Neighbourhood:
         """Neighbor_alltoall, completed at the call; returns a done Request."""
         self.Neighbor_alltoall(sendbuf, recvbuf)
         return done()
+
+    def Ineighbor_allgatherv(self, sendbuf, recvbuf):
+        """Neighbor_allgatherv, completed at the call; returns a done Request."""
+        self.Neighbor_allgatherv(sendbuf, recvbuf)
+        return done()
+
+    def Ineighbor_alltoallv(self, sendbuf, recvbuf):
+        """Neighbor_alltoallv, completed at the call; returns a done Request."""
+        self.Neighbor_alltoallv(sendbuf, recvbuf)
+        return done()
+
+
+def _per_neighbour(m: Msg, n: int) -> tuple:
+    """(counts, displacements) of a neighbourhood -v buffer over ``n`` neighbours."""
+    return ([], []) if n == 0 else m.v(n)
+
+
+def _receivable(sent: np.ndarray, out: np.ndarray) -> None:
+    """A -v neighbour collective's receive buffer, checked against what is sent."""
+    if sent.dtype != out.dtype:
+        raise InvalidArgumentError(
+            f"recvbuf: datatype {out.dtype} differs from the send buffer's {sent.dtype}")
+    if not out.flags.writeable:
+        raise InvalidArgumentError("recvbuf: expected a writeable buffer, got a read-only one")
 
 
 class Cartcomm(_Neighbourhood):

@@ -285,6 +285,13 @@ def test_pickled_objects():
     assert W.bcast({"r": R} if R == 0 else None, root=0) == {"r": 0}
     assert W.allgather((R, "x" * R)) == [(r, "x" * r) for r in range(N)]
     big = np.arange(50_000, dtype=np.float64) * (R + 1)  # 400 KB pickled
+    # a slot (512 bytes) each, then the rest of what is longer: on some ranks only
+    assert W.allgather("x" * (1000 if R == 0 else R)) == ["x" * 1000] + ["x" * r
+                                                                      for r in range(1, N)]
+    first = W.allgather(np.arange(3) * R)  # (its own memory: the next call reuses the slots)
+    W.allgather(np.full(3, -1))
+    assert all(np.array_equal(a, np.arange(3) * r) for r, a in enumerate(first))
+    assert np.array_equal(W.bcast(big if R == 0 else None), np.arange(50_000))
     assert np.array_equal(W.allreduce(big), np.arange(50_000) * (N * (N + 1) // 2))
     assert W.allreduce(str(R), op=lambda a, b: a + b) == "".join(map(str, range(N)))
     assert W.scan(str(R), op=lambda a, b: a + b) == "".join(map(str, range(R + 1)))
@@ -740,8 +747,8 @@ def test_graph_topologies_and_their_neighbour_collectives():
     and r-2 and sends to r+1 and r+2, weighted) and Create_dist_graph (edges given
     by any rank): their neighbour lists, and Neighbor_alltoall / Neighbor_allgather
     put in-neighbour k's block in slot k (the i-th slot from a rank takes its i-th
-    edge here); a rank without neighbours takes part (a chain); a bad argument on
-    one rank fails every rank's call."""
+    edge here); a rank without neighbours takes part (a chain, also in the -v
+    forms); a bad argument on one rank fails every rank's call."""
     ring = lambda r: [(r - 1) % N, (r + 1) % N]  # noqa: E731
     index = [2 * (i + 1) for i in range(N)]
     edges = [e for i in range(N) for e in ring(i)]
@@ -791,6 +798,17 @@ def test_graph_topologies_and_their_neighbour_collectives():
     got = np.full(len(chain_in), -1, np.int32)
     c.Neighbor_allgather(np.array([R], np.int32), got)
     assert got.tolist() == chain_in
+    # the -v forms, counts and displacements per neighbour: rank r sends r + 1
+    # values; two values from offset 3
+    wide = np.full(R + 1, -1, np.int32)
+    c.Neighbor_allgatherv(np.full(R + 1, R, np.int32),
+                          [wide, [R] * len(chain_in), [1] * len(chain_in), MPI.INT])
+    assert wide.tolist() == [-1] + [R - 1] * R
+    two = np.full(3, -1, np.int32)
+    c.Neighbor_alltoallv([np.arange(10, dtype=np.int32) + 100 * R, [2] * len(chain_out),
+                          [3] * len(chain_out), MPI.INT],
+                         [two, [2] * len(chain_in), [0] * len(chain_in), MPI.INT])
+    assert two.tolist() == ([100 * R - 97, 100 * R - 96, -1] if R > 0 else [-1] * 3)
     c.Free()
     with pytest.raises(ValueError, match="empty weights but nonzero degree"):
         MPI.COMM_SELF.Create_dist_graph_adjacent([0], [0], MPI.WEIGHTS_EMPTY,

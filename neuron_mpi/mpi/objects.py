@@ -55,6 +55,16 @@ def _slotted(data: np.ndarray, slot: np.ndarray) -> np.ndarray:
     return data
 
 
+def _unslotted(rows: np.ndarray, over: list, rest) -> list:
+    """The objects of gathered slots (``rows``), those longer than a slot from
+    ``rest`` (their whole pickles end to end, ``over`` bytes each; 0: in its
+    slot)."""
+    ends = np.cumsum(over).tolist()
+    return [loads(rest[e - k:e]) if k else
+            loads(row[8:8 + int(row[:8].view(np.int64)[0])])
+            for row, k, e in zip(rows, over, ends)]
+
+
 def _fold(items, op):
     """``items`` reduced by ``op`` left to right (rank order)."""
     acc = items[0]
@@ -166,42 +176,58 @@ class Objects:
         all-gather of slots (each pickle's size and first bytes), and an
         all-gather-v of the whole pickles longer than a slot holds."""
         c = self._c
+        data, rows, over = self._slots_gathered(sendobj)
+        rest = c.all_gather_v(data[:over[c.rank]], over, out=self._kept("in", sum(over))) \
+            if any(over) else None
+        return _unslotted(rows, over, rest)
+
+    def gather(self, sendobj, root=0):
+        """Every rank's ``sendobj``, a list in rank order, on the root; None
+        elsewhere: the slots all-gathered (every rank learns whether a second call
+        is needed), then the whole pickles longer than a slot gathered to the
+        root."""
+        c = self._c
+        root = self._root_of(root, "all_gather")
+        mine = c.rank == root
+        data, rows, over = self._slots_gathered(sendobj)
+        rest = None
+        if any(over):
+            rest = c.gather(data[:over[c.rank]], root, counts=over,
+                            out=self._kept("in", sum(over)) if mine else None)
+        return _unslotted(rows, over, rest) if mine else None
+
+    def _slots_gathered(self, sendobj) -> tuple:
+        """``sendobj`` pickled (kept), and every member's slot all-gathered: (its
+        bytes, the slots' rows, the sizes of the pickles longer than a slot holds,
+        0 for the others)."""
+        c = self._c
         slot, table = self._slots()
         data = _slotted(self._dumped(sendobj, "sendobj", "all_gather", True), slot)
         rows = c.all_gather(slot, out=table).reshape(c.size, SLOT)
         sizes = rows[:, :8].copy().view(np.int64).reshape(-1).tolist()
-        if max(sizes) <= _HEAD:
-            return [loads(row[8:8 + k]) for row, k in zip(rows, sizes)]
-        over = [k if k > _HEAD else 0 for k in sizes]
-        rest = c.all_gather_v(data[:over[c.rank]], over, out=self._kept("in", sum(over)))
-        ends = np.cumsum(over).tolist()
-        return [loads(row[8:8 + k] if k <= _HEAD else rest[e - k:e])
-                for row, k, e in zip(rows, sizes, ends)]
-
-    def gather(self, sendobj, root=0):
-        """Every rank's ``sendobj``, a list in rank order, on the root; None elsewhere."""
-        c = self._c
-        root = self._root_of(root, "all_gather")
-        data = self._dumped(sendobj, "sendobj", "all_gather", True)
-        sizes = c.all_gather(np.array([data.size], np.int64))
-        mine = c.rank == root
-        got = c.gather(data, root, counts=sizes.tolist(),
-                       out=self._kept("in", int(sizes.sum())) if mine else None)
-        return split_pickles(got, sizes) if mine else None
+        return data, rows, [k if k > _HEAD else 0 for k in sizes]
 
     def scatter(self, sendobj=None, root=0):
         """Item i of the root's ``sendobj`` (a sequence of one object per rank) on
-        rank i."""
+        rank i: the root's slots broadcast (each pickle's size and first bytes),
+        then the whole pickles longer than a slot holds scattered."""
         c = self._c
         root = self._root_of(root, "broadcast")
         mine = c.rank == root
+        table = self._slots()[1]
+        rows = table.reshape(c.size, SLOT)
         parts = self._each(sendobj, "broadcast") if mine else None
-        sizes = _sizes(parts) if mine else np.empty(c.size, np.int64)
-        c.broadcast(sizes, root, out=None if mine else sizes)
-        out = self._kept("in", int(sizes[c.rank]))
-        x = np.concatenate(parts) if mine else None
-        c.scatter(x, out, root, counts=sizes.tolist())
-        return loads(out)
+        for row, p in zip(rows, parts or ()):
+            _slotted(p, row)
+        c.broadcast(table, root, out=table)
+        over = [k if k > _HEAD else 0
+                for k in rows[:, :8].copy().view(np.int64).reshape(-1).tolist()]
+        if not any(over):
+            return _unslotted(rows[c.rank:c.rank + 1], [0], None)[0]
+        out = self._kept("in", over[c.rank])
+        x = np.concatenate([p for p, k in zip(parts, over) if k]) if mine else None
+        c.scatter(x, out, root, counts=over)
+        return _unslotted(rows[c.rank:c.rank + 1], [over[c.rank]], out)[0]
 
     def alltoall(self, sendobj):
         """Item i of every rank's ``sendobj`` (a sequence of one object per rank) on

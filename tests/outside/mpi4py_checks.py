@@ -301,6 +301,9 @@ def test_pickled_objects():
     assert g == ([{r} for r in range(N)] if R == root else None)
     assert W.scatter([[r] * r for r in range(N)] if R == root else None, root=root) == [R] * R
     assert W.alltoall([(R, j) for j in range(N)]) == [(r, R) for r in range(N)]
+    mixed = ["y" * (600 * (r % 2)) + str(r) for r in range(N)]  # (odd ranks': over a slot)
+    assert W.scatter(mixed if R == root else None, root=root) == mixed[R]
+    assert W.gather(mixed[R], root=root) == (mixed if R == root else None)
     assert W.reduce((R, -R), op=MPI.MAXLOC, root=0) == ((N - 1, 1 - N) if R == 0 else None)
     nxt, prv = (R + 1) % N, (R - 1) % N
     req = W.irecv(source=prv, tag=7)

@@ -3,15 +3,15 @@ mpi4py facade).
 
 The test command fetches mpi4py's source distribution for the installed mpi4py
 (``pip download --no-deps --no-binary :all: mpi4py==<version>``, about a second;
-nothing is committed), takes test/test_cco_buf.py, test_cco_nb_buf.py,
-test_cco_vec.py, test_cco_nb_vec.py, test_p2p_buf.py, test_request.py,
-test_comm_topo.py, the pickled objects' test_cco_obj.py, test_p2p_obj.py and
-test_cco_ngh_obj.py, and the matched probes' test_p2p_buf_matched.py and
-test_p2p_obj_matched.py, and test_cco_ngh_buf.py, with the helpers they import, and runs them, unmodified, under
+nothing is committed), takes the files of FILES below (collectives on buffers and
+on pickled objects, their -v and neighbourhood forms, point to point with matched
+probes, requests, topologies, communicators) with the helpers they import, and runs
+them, unmodified, under
 
     mpiexec -n N python -m neuron_mpi.mpi -m pytest test_cco_buf.py ...
 
-at 1, 2 and 3 ranks (the -v and point-to-point files at 1 and 2), with our
+at 1, 2 and 3 ranks (the -v and point-to-point files at 1 and 2, the
+neighbourhood-buffer file at 2), with our
 own checks (tests/outside/mpi4py_checks.py: the -v forms, point to point,
 Split/Create_group/Dup, what is refused) in the same launch: their ``from mpi4py
 import MPI`` gets the facade, so every COMM_WORLD / COMM_SELF / Dup call runs on the
@@ -36,13 +36,13 @@ from test_mpi_suites import _tail, base_env, launch, mpiexec, summary_counts
 FILES = ("test_cco_buf.py", "test_cco_nb_buf.py", "test_cco_vec.py", "test_cco_nb_vec.py",
          "test_p2p_buf.py", "test_request.py", "test_comm_topo.py", "test_cco_obj.py",
          "test_p2p_obj.py", "test_cco_ngh_obj.py", "test_p2p_buf_matched.py",
-         "test_p2p_obj_matched.py", "test_cco_ngh_buf.py", "arrayimpl.py", "dlpackimpl.py",
+         "test_p2p_obj_matched.py", "test_cco_ngh_buf.py", "test_comm.py", "arrayimpl.py", "dlpackimpl.py",
          "mpiunittest.py", "mpitestutil.py")
 CHECKS = Path(__file__).resolve().parent / "outside" / "mpi4py_checks.py"  # ours, same launch
 DESELECTED = ("testBcastTypeIndexed",  # derived datatype (MPI.Datatype.Create_indexed)
               # test_p2p_buf.py: MPI.Prequest() of a request of ours
               # (docs/outside-suites.md)
-              "testConstructor and not Topo",
+              "testConstructor and P2PBuf",
               # test_p2p_obj.py: MPI._comm_lock_table, a private function of mpi4py's
               # over its own communicator handles
               "testCommLock")
@@ -57,7 +57,7 @@ UPSTREAM = {"test_cco_buf.py": (67, 0, 4), "test_cco_nb_buf.py": (67, 0, 4),
             "test_comm_topo.py": (32, 0, 0), "test_cco_obj.py": (40, 0, 0),
             "test_p2p_obj.py": (88, 0, 4), "test_cco_ngh_obj.py": (8, 0, 0),
             "test_p2p_buf_matched.py": (11, 0, 0), "test_p2p_obj_matched.py": (10, 0, 0),
-            "test_cco_ngh_buf.py": (8, 8, 0)}
+            "test_cco_ngh_buf.py": (8, 8, 0), "test_comm.py": (89, 12, 0)}
 SMALL_ONLY = ("test_cco_vec.py", "test_cco_nb_vec.py", "test_p2p_buf.py")
 TWO_ONLY = ("test_cco_ngh_buf.py",)  # (23328 neighbourhood calls: 6.5 s at 1 rank, 7.4 at 2)
 # mpi4py's test/main.py has --no-numba for the same purpose (it hides numba entirely;

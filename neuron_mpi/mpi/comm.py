@@ -8,6 +8,7 @@ import numpy as np
 from mpi4py import MPI as _MPI
 
 from .. import kernels
+from ..comm import Communicator
 from ..kernels.reference import UFUNCS as _UFUNC
 from ..errors import InvalidArgumentError
 from ..tagged import ANY, Barrier, Tagged, deadline, send_tag
@@ -77,13 +78,17 @@ class Comm(Objects):
     """An mpi4py-style intracommunicator over a neuron_mpi Communicator (the
     lower-case, pickle-based methods: neuron_mpi.mpi.objects)."""
 
-    def __init__(self, nc, name=""):
+    def __init__(self, nc=None, name=""):
         if isinstance(nc, Comm):  # MPI.Comm(comm): another handle of the same one
             if type(self) is not Comm and not isinstance(nc, type(self)):
                 raise TypeError(f"{type(self).__name__}: expected a communicator of that "
                                 f"topology, got a {type(nc).__name__}")
             self.__dict__.update(nc.__dict__)
             return
+        if nc is None or isinstance(nc, _MPI.Comm) and nc == _MPI.COMM_NULL:
+            nc = _FreedCommunicator()  # MPI.Comm(): a null communicator, as mpi4py's
+        elif not isinstance(nc, (Communicator, _FreedCommunicator)):
+            raise TypeError(f"comm: expected a communicator, got {type(nc).__name__}")
         self._c = nc
         self._t = Tagged(nc)  # its point to point, matched by tag
         self._name = name
@@ -105,17 +110,91 @@ class Comm(Objects):
     def __repr__(self):
         return f"<neuron_mpi.mpi.Comm rank {self.Get_rank()} of {self.Get_size()}>"
 
+    def _null(self) -> bool:
+        """Null (MPI.Comm()) or freed: equal to MPI.COMM_NULL, false."""
+        return isinstance(self._c, _FreedCommunicator)
+
+    def __bool__(self) -> bool:
+        return not self._null()
+
     def __eq__(self, other):
-        return isinstance(other, Comm) and other._c is self._c
+        if isinstance(other, Comm):
+            return other._c is self._c or self._null() and other._null()
+        if isinstance(other, _MPI.Comm):  # (mpi4py's MPI.COMM_NULL)
+            return self._null() and other == _MPI.COMM_NULL
+        return NotImplemented
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
 
     def __hash__(self):
         return id(self._c)
+
+    def __reduce__(self):
+        """As mpi4py's: COMM_WORLD and COMM_SELF (and other handles of them) and
+        null communicators pickle; any other raises ValueError."""
+        if self._null():
+            return Comm, ()
+        from . import _STATE
+
+        for key in ("world", "self"):
+            c = _STATE.get(key)
+            if c is not None and c._c is self._c:
+                return _named, (key, c is self)
+        raise ValueError(f"cannot serialize '{type(self).__name__}' instance")
+
+    def Compare(self, comm) -> int:
+        """MPI_Comm_compare (also ``MPI.Comm.Compare(a, b)``): MPI.IDENT for the same
+        communicator, MPI.CONGRUENT for the same ranks in the same order,
+        MPI.SIMILAR in another order, else MPI.UNEQUAL."""
+        if not isinstance(comm, Comm):
+            raise TypeError(f"comm: expected a communicator, got {type(comm).__name__}")
+        if comm._c is self._c:
+            return _MPI.IDENT
+        mine, theirs = list(self._c.ranks), list(comm._c.ranks)
+        if mine == theirs:
+            return _MPI.CONGRUENT
+        return _MPI.SIMILAR if sorted(mine) == sorted(theirs) else _MPI.UNEQUAL
 
     # --- communicators ---------------------------------------------------------------
     def Dup(self, info=None) -> Comm:
         return Comm(self._c.split([list(range(self._c.size))]))
 
     Clone = Dup
+
+    def Dup_with_info(self, info) -> Comm:
+        return self.Dup(info)
+
+    def Idup(self, info=None) -> tuple:
+        """Dup, done at the call: (the new communicator, a done Request)."""
+        return self.Dup(info), done()
+
+    def Idup_with_info(self, info) -> tuple:
+        return self.Idup(info)
+
+    def Get_info(self):
+        """An empty MPI.Info (no hints are kept); Set_info takes any."""
+        return _MPI.Info.Create()
+
+    def Set_info(self, info) -> None:
+        pass
+
+    info = property(Get_info, Set_info)
+
+    @classmethod
+    def Get_parent(cls):
+        """MPI.COMM_NULL as an Intercomm: no process here was spawned."""
+        return _MPI.Intercomm()
+
+    @classmethod
+    def Create_from_group(cls, group, stringtag="org.mpi4py", info=None, errhandler=None):
+        """MPI_Comm_create_from_group: a communicator of ``group`` (an mpi4py Group
+        of world ranks), called by its members only."""
+        from . import _world
+
+        w = _world()
+        return Comm(w._c.group(w._group_ranks(group)))
 
     def Split(self, color=0, key=0) -> Comm | None:
         c = self._c
@@ -250,6 +329,8 @@ class Comm(Objects):
         world = _MPI.COMM_WORLD.Get_group()
         return world.Incl(list(self._c.ranks))
 
+    group = property(Get_group)
+
     def Free(self) -> None:
         self._c = _FreedCommunicator()
         self._t = Tagged(self._c)
@@ -260,8 +341,12 @@ class Comm(Objects):
     def Is_inter(self) -> bool:
         return False
 
+    is_inter = property(Is_inter)
+
     def Is_intra(self) -> bool:
         return True
+
+    is_intra = property(Is_intra)
 
     def Get_name(self) -> str:
         return self._name
@@ -928,6 +1013,16 @@ class Distgraphcomm(_DistGraph, Comm):
     Neighbor_alltoall = _agreed(_DistGraph.Neighbor_alltoall)
     Neighbor_allgatherv = _agreed(_DistGraph.Neighbor_allgatherv)
     Neighbor_alltoallv = _agreed(_DistGraph.Neighbor_alltoallv)
+
+
+def _named(key: str, same: bool) -> Comm:
+    """COMM_WORLD or COMM_SELF unpickled: the module's own (``same``) or a new
+    handle of it."""
+    from . import _STATE, _world
+
+    _world()
+    c = _STATE[key]
+    return c if same else Comm(c)
 
 
 class _FreedCommunicator:

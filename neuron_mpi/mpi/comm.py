@@ -124,10 +124,6 @@ class Comm(Objects):
             return self._null() and other == _MPI.COMM_NULL
         return NotImplemented
 
-    def __ne__(self, other):
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
     def __hash__(self):
         return id(self._c)
 

@@ -49,10 +49,6 @@ class Message:
                                   _NO_PROC if other == _MPI.MESSAGE_NO_PROC else None)
         return NotImplemented
 
-    def __ne__(self, other):
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
     __hash__ = object.__hash__
 
     def __reduce__(self):

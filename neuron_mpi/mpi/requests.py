@@ -125,10 +125,6 @@ class Request:
             return self._null and other == _MPI.REQUEST_NULL
         return NotImplemented
 
-    def __ne__(self, other):
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
     __hash__ = object.__hash__
 
     def __reduce__(self):

@@ -16,7 +16,7 @@ from .buffers import Msg, as_bytes, is_in_place, landing, place, real_parts
 from .objects import Objects
 from .message import Message
 from .requests import (NULL_RECV, Prequest, Request, done, empty_status, not_emulated,
-                       posted_request, recv_tag, set_status, started)
+                       posted_request, recv_source, recv_tag, set_status, started)
 from .topo import Cartcomm as _Grid
 from .topo import Distgraphcomm as _DistGraph
 from .topo import Graphcomm as _Graph
@@ -729,6 +729,7 @@ class Comm(Objects):
             self._t.wait_acked(dest, number)
 
     def Recv(self, buf, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG, status=None) -> None:
+        source = recv_source(source, self._c.size)
         if source == _MPI.PROC_NULL:
             return set_status(status, *NULL_RECV)
         out = landing(buf, "buf")
@@ -758,6 +759,7 @@ class Comm(Objects):
         self._sendrecv(buf, dest, sendtag, buf, source, recvtag, status, "buf")
 
     def _sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status, name):
+        source = recv_source(source, self._c.size)
         out = None if source == _MPI.PROC_NULL else landing(recvbuf, name)
         recvtag = recv_tag(recvtag)
         self.Send(sendbuf, dest, sendtag)
@@ -818,6 +820,7 @@ class Comm(Objects):
         it (in posting order) and returns what makes it at ``req``'s Wait (None:
         nothing to make, a receive from MPI.PROC_NULL)."""
         tag = recv_tag(tag)
+        source = recv_source(source, self._c.size)
         if source == _MPI.ANY_SOURCE:
             source = ANY
         if source == _MPI.PROC_NULL:
@@ -869,6 +872,7 @@ class Comm(Objects):
         (any: MPI.ANY_TAG) and fill ``status`` with its source, tag and size,
         leaving it to the receive."""
         tag = recv_tag(tag)
+        source = recv_source(source, self._c.size)
         if source == _MPI.PROC_NULL:
             set_status(status, *NULL_RECV)
         elif source == _MPI.ANY_SOURCE:
@@ -883,6 +887,7 @@ class Comm(Objects):
         and it is left to the receive. Messages that receives posted earlier
         (Irecv) will take are not reported."""
         tag = recv_tag(tag)
+        source = recv_source(source, self._c.size)
         if source == _MPI.PROC_NULL:
             set_status(status, *NULL_RECV)
             return True
@@ -902,6 +907,7 @@ class Comm(Objects):
         recv/irecv for an object, alone take it); MPI.MESSAGE_NO_PROC from
         MPI.PROC_NULL."""
         tag = recv_tag(tag)
+        source = recv_source(source, self._c.size)
         if source == _MPI.PROC_NULL:
             set_status(status, *NULL_RECV)
             return Message._of(None, None)
@@ -916,6 +922,7 @@ class Comm(Objects):
         """MPI_Improbe: Mprobe without waiting; None (and the empty status) when no
         such message has arrived."""
         tag = recv_tag(tag)
+        source = recv_source(source, self._c.size)
         if source == _MPI.PROC_NULL:
             set_status(status, *NULL_RECV)
             return Message._of(None, None)

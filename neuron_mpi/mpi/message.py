@@ -56,30 +56,34 @@ class Message:
             raise ValueError("cannot pickle a matched message (MPI.Message)")
         return Message, ((_MPI.MESSAGE_NO_PROC if self._kind == _NO_PROC else None),)
 
-    def _take(self, out):
-        """Receive it (into ``out``, bytes; None: as its own bytes); the Message is
-        MESSAGE_NULL after. (source, tag, size or bytes)."""
-        if self._kind == _NULL:
+    def _take(self, buf):
+        """Receive it: into ``buf`` (a buffer spec; (source, tag, size)), or (None)
+        as its own bytes ((source, tag, bytes)). The Message is MESSAGE_NULL after,
+        also when the receive failed (MPI_ERR_TRUNCATE: the message is gone)."""
+        kind, tagged, m = self._kind, self._tagged, self._m
+        if kind == _NULL:
             raise InvalidArgumentError("message: MPI.MESSAGE_NULL (already received, or "
                                        "never matched)")
-        if self._kind == _NO_PROC:
-            got = NULL_RECV if out is not None else NULL_RECV[:2] + (b"",)
-        else:
-            got = self._tagged.mrecv(self._m, out)
+        out = None if buf is None or kind == _NO_PROC else landing(buf, "buf")
         self._tagged, self._m, self._kind = None, None, _NULL
-        return got
+        if kind == _NO_PROC:
+            return NULL_RECV if buf is not None else NULL_RECV[:2] + (b"",)
+        return tagged.mrecv(m, out)
 
     def Recv(self, buf, status=None) -> None:
         """MPI_Mrecv: the message into ``buf`` (a longer one: MPI_ERR_TRUNCATE)."""
-        out = None if self._kind == _NO_PROC else landing(buf, "buf")
-        set_status(status, *self._take(out))
+        set_status(status, *self._take(buf))
 
     def Irecv(self, buf) -> Request:
         """MPI_Imrecv: the message is here already, so it is received now; the
-        Request carries its status."""
+        Request carries its status (and a receive's error, raised at its Wait)."""
         req = Request._new()
-        out = None if self._kind == _NO_PROC else landing(buf, "buf")
-        req._info = self._take(out)
+        try:
+            req._info = self._take(buf)
+        except InvalidArgumentError as e:
+            def failed(err=e):
+                raise err
+            req._run = failed
         return req
 
     def recv(self, status=None):

@@ -3,11 +3,15 @@ facade's communicators (mixed into Comm).
 
 An object is pickled with mpi4py's own serializer (``MPI.pickle``, which a program
 may configure, as with mpi4py) into bytes, and the bytes move by the calls the
-buffer methods use: tagged point to point for ``send``/``recv`` and their kin, and
-for the collectives first the sizes, then the bytes (an all-gather of sizes and
-an all-gather-v for ``allgather``; a broadcast of the size and of the bytes for
-``bcast``; ...). Nothing below the front-end pickles: the emulator moves bytes,
-as for any buffer (docs/architecture.md, "Front-ends").
+buffer methods use: tagged point to point for ``send``/``recv`` and their kin. The
+collectives ``bcast``, ``allgather``, ``gather`` and ``scatter`` (and the
+reductions, over ``allgather``) first exchange slots of SLOT bytes, each a pickle's
+size and first bytes (a broadcast, or an all-gather, of the slots), so that a small
+object moves in one call; pickles longer than a slot follow whole in a second call
+that every rank knows to make. ``alltoall`` and the neighbour forms exchange the
+sizes (an all-to-all), then the bytes (an all-to-all-v). Nothing below the
+front-end pickles: the emulator moves bytes, as for any buffer
+(docs/architecture.md, "Front-ends").
 
 The reductions (``reduce``, ``allreduce``, ``scan``, ``exscan``) apply ``op`` to the
 objects in rank order, ``op(op(x0, x1), x2)``..., as mpi4py's do: ``MPI.SUM``,
@@ -24,13 +28,14 @@ from __future__ import annotations
 
 import warnings
 
+import mpi4py
 import numpy as np
 from mpi4py import MPI as _MPI
 
 from ..errors import InvalidArgumentError
 from ..tagged import ANY, deadline
 from .buffers import landing
-from .requests import NULL_RECV, done, posted_request, recv_tag, set_status
+from .requests import NULL_RECV, done, posted_request, recv_source, recv_tag, set_status
 
 
 def loads(data):
@@ -43,6 +48,7 @@ def loads(data):
 #: reductions over allgather): the pickle's size (int64), then its first bytes; a
 #: pickle that fits (a number, a short string or tuple) moves in one call
 SLOT = 512
+_IRECV_BUFSZ = getattr(mpi4py.rc, "irecv_bufsz", 32768)  # (irecv's default, as mpi4py's)
 _HEAD = SLOT - 8
 _KEPT_MAX = 64 << 20  # (the kept buffers grow to this; a larger pickle takes new memory)
 
@@ -87,11 +93,13 @@ class Objects:
     """The lower-case (pickle-based) methods of the facade's communicators."""
 
     # --- what every collective checks first ------------------------------------------
-    def _dumped(self, obj, name, op, single=False) -> np.ndarray:
-        """``obj`` pickled (bytes; ``single``: in the kept buffer, ``_writable``); one
-        that cannot be fails every member's ``op``."""
+    def _dumped(self, obj, name, op, single=False, apart=False) -> np.ndarray:
+        """``obj`` pickled (bytes; ``single``: in the kept buffer, ``_writable``;
+        ``apart``: a list whose items are pickled each on its own, then the list
+        of their bytes, so that no two share an object when unpickled, as mpi4py
+        pickles each); one that cannot be fails every member's ``op``."""
         try:
-            raw = _MPI.pickle.dumps(obj)
+            raw = _MPI.pickle.dumps([_MPI.pickle.dumps(x) for x in obj] if apart else obj)
         except Exception as e:  # (pickle raises PicklingError, TypeError, AttributeError...)
             err = InvalidArgumentError(f"{name}: cannot be pickled: {type(e).__name__}: {e}")
             err.__cause__ = e
@@ -124,16 +132,19 @@ class Objects:
     def _root_of(self, root, op) -> int:
         """``root``, checked on every rank: out of range it fails every member's
         ``op`` with mpi4py's MPI.Exception(MPI.ERR_ROOT)."""
-        if isinstance(root, bool) or not isinstance(root, (int, np.integer)):
+        if not hasattr(root, "__index__"):  # (an int, a NumPy integer, a bool: as mpi4py)
             self._c.refuse(op, InvalidArgumentError(
                 f"root: expected a rank (int), got {type(root).__name__}"))
+        root = root.__index__()
         if not 0 <= root < self._c.size:
             self._c.refuse(op, _MPI.Exception(_MPI.ERR_ROOT))
-        return int(root)
+        return root
 
-    def _each(self, sendobj, op) -> list:
-        """A sequence of one object per member (scatter's, alltoall's), pickled."""
-        n = self._c.size
+    def _sequence(self, sendobj, n: int, whom: str, op) -> list:
+        """``sendobj`` as a list of ``n`` objects, one per ``whom`` (None: n Nones,
+        as mpi4py reads it); anything else fails every member's ``op``."""
+        if sendobj is None:
+            return [None] * n
         try:
             items = list(sendobj)
         except TypeError:
@@ -141,8 +152,13 @@ class Objects:
         if items is None or len(items) != n:
             got = type(sendobj).__name__ if items is None else f"{len(items)} objects"
             self._c.refuse(op, InvalidArgumentError(
-                f"sendobj: expected a sequence of {n} objects (one per rank), got {got}"))
-        return [self._dumped(x, "sendobj", op) for x in items]
+                f"sendobj: expected a sequence of {n} objects (one per {whom}), got {got}"))
+        return items
+
+    def _each(self, sendobj, op) -> list:
+        """A sequence of one object per member (scatter's, alltoall's), pickled."""
+        return [self._dumped(x, "sendobj", op)
+                for x in self._sequence(sendobj, self._c.size, "rank", op)]
 
     # --- collectives -----------------------------------------------------------------
     def _slots(self) -> tuple:
@@ -297,6 +313,7 @@ class Objects:
 
     def _recv_obj(self, buf, source, tag, status):
         """recv's object (``tag``: checked, tagged.ANY for any)."""
+        source = recv_source(source, self._c.size)
         if source == _MPI.PROC_NULL:
             set_status(status, *NULL_RECV)
             return None
@@ -326,6 +343,8 @@ class Objects:
         ``source`` (a send leaves at the call, so two ranks exchanging cannot wait
         for each other)."""
         recvtag = recv_tag(recvtag)  # (checked before anything is sent)
+        if recvbuf is not None:
+            warnings.warn("the 'buf' argument is deprecated", UserWarning, stacklevel=2)
         self.send(sendobj, dest, sendtag)
         return self._recv_obj(recvbuf, source, recvtag, status)
 
@@ -333,11 +352,10 @@ class Objects:
         """A receive posted now, made at the Request's wait (or a test that finds
         its message), whose ``wait()`` returns the object. As mpi4py's, it lands in
         ``buf``: a buffer, a number of bytes, or (None) mpi4py.rc.irecv_bufsz bytes
-        (32 KiB); a longer message fails its wait (MPI_ERR_TRUNCATE)."""
+        (32 KiB, read when mpi4py.MPI was imported, as mpi4py does); a longer
+        message fails its wait (MPI_ERR_TRUNCATE)."""
         if buf is None:
-            import mpi4py
-
-            buf = getattr(mpi4py.rc, "irecv_bufsz", 32768)
+            buf = _IRECV_BUFSZ
         out = self._obj_landing(buf)
         req = posted_request(self._posted(out, source, tag))
         req._load = lambda: loads(out[:req._info[2]])

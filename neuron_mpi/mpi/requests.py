@@ -18,6 +18,20 @@ def recv_tag(tag) -> int:
     return ANY if tag == _MPI.ANY_TAG else send_tag(tag)
 
 
+def recv_source(source, size: int) -> int:
+    """A receive's or probe's source, checked: MPI.ANY_SOURCE, MPI.PROC_NULL or a
+    rank of a communicator of ``size`` (else InvalidArgumentError naming
+    ``source``, MPI_ERR_RANK), before anything waits for it."""
+    if source in (_MPI.ANY_SOURCE, _MPI.PROC_NULL) and not isinstance(source, bool):
+        return source
+    if isinstance(source, bool) or not hasattr(source, "__index__") or \
+            not 0 <= source.__index__() < size:
+        raise InvalidArgumentError(
+            f"source: expected a rank in [0, {size}), MPI.ANY_SOURCE or MPI.PROC_NULL, "
+            f"got {source!r} (MPI_ERR_RANK)")
+    return source.__index__()
+
+
 def set_status(status, source, tag, nbytes: int) -> None:
     """Fill an mpi4py MPI.Status (if one was given) for a message received."""
     if status is not None:

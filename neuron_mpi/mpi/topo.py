@@ -18,7 +18,7 @@ from mpi4py import MPI as _MPI
 
 from ..errors import InvalidArgumentError
 from .buffers import Msg, as_bytes
-from .objects import split_pickles
+from .objects import loads, split_pickles
 from .requests import done, not_emulated
 
 
@@ -188,31 +188,23 @@ class _Neighbourhood:
         """Item k of ``sendobj`` (a sequence of one object per out-neighbour) to
         out-neighbour k; what each in-neighbour sent here, a list in in-neighbour
         order (None from MPI.PROC_NULL)."""
-        dests = self._inout()[1]
-        try:
-            items = list(sendobj)
-        except TypeError:
-            items = None
-        if items is None or len(items) != len(dests):
-            got = type(sendobj).__name__ if items is None else f"{len(items)} objects"
-            self._c.refuse("all_to_all", InvalidArgumentError(
-                f"sendobj: expected a sequence of {len(dests)} objects (one per "
-                f"out-neighbour), got {got}"))
-        return self._objects(items)
+        n = len(self._inout()[1])
+        return self._objects(self._sequence(sendobj, n, "out-neighbour", "all_to_all"))
 
     def _objects(self, items) -> list:
         """Send ``items[k]`` to out-neighbour k; the objects of the in-neighbours,
         in-slot j from in-neighbour j. Each destination gets one pickle, the list of
-        its items in the order of their k; an all-to-all of the sizes, then an
-        all-to-all-v of the bytes, over the whole communicator."""
+        its items' own pickles in the order of their k (a neighbour twice gets two
+        objects, as from mpi4py); an all-to-all of the sizes, then an all-to-all-v
+        of the bytes, over the whole communicator."""
         sources, dests = self._inout()
         n = self.Get_size()
         per: list = [[] for _ in range(n)]
         for k, d in enumerate(dests):
             if d != _MPI.PROC_NULL:
                 per[d].append(items[k])
-        parts = [self._dumped(p, "sendobj", "all_to_all") if p else np.empty(0, np.uint8)
-                 for p in per]
+        parts = [self._dumped(p, "sendobj", "all_to_all", apart=True) if p else
+                 np.empty(0, np.uint8) for p in per]
         sent = np.array([p.size for p in parts], np.int64)
         sizes = self._c.all_to_all(sent)
         lists = split_pickles(self._c.all_to_all_v(np.concatenate(parts), sent.tolist(),
@@ -223,8 +215,8 @@ class _Neighbourhood:
                 order.setdefault(src, []).append((self._sent_as(j), j))
         got = [None] * len(sources)
         for src, slots in order.items():
-            for (_, j), obj in zip(sorted(slots), lists[src] or ()):
-                got[j] = obj
+            for (_, j), one in zip(sorted(slots), lists[src] or ()):
+                got[j] = loads(one)
         return got
 
     def Ineighbor_allgather(self, sendbuf, recvbuf):

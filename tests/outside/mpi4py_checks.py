@@ -329,6 +329,23 @@ def test_pickled_objects():
     assert st.Get_source() == prv and st.Get_tag() == 11 and m
     assert W.recv(source=prv, tag=MPI.ANY_TAG) == "next"
     assert m.recv() == "kept" and not m and m == MPI.MESSAGE_NULL
+    W.Send(np.zeros(4), nxt, tag=13)  # a matched message too long for its Recv is gone
+    m = W.Mprobe(prv, 13)
+    with pytest.raises(ValueError, match="MPI_ERR_TRUNCATE"):
+        m.Recv(np.zeros(2))
+    assert m == MPI.MESSAGE_NULL and W.Iprobe(prv, 13) is False
+    noproc = W.Mprobe(MPI.PROC_NULL)
+    noproc.Recv(np.zeros(1), st)
+    assert noproc == MPI.MESSAGE_NULL and st.Get_source() == MPI.PROC_NULL
+    # None for scatter's / alltoall's sequence: a None each; a bad source, at once
+    assert W.scatter(None, root=root) is None and W.alltoall(None) == [None] * N
+    for bad in (N, -7):
+        with pytest.raises(ValueError, match="source: expected a rank"):
+            W.Irecv(np.zeros(1), source=bad)
+        with pytest.raises(ValueError, match="source: expected a rank"):
+            W.improbe(source=bad)
+        with pytest.raises(ValueError, match="source: expected a rank"):
+            W.recv(source=bad)
     W.Barrier()
 
 
@@ -778,6 +795,10 @@ def test_graph_topologies_and_their_neighbour_collectives():
     assert out.tolist() == _blocks_from(ins(R), [outs(s) for s in range(N)], R), out
     d.Neighbor_allgather(np.array([float(R)]), out)
     assert out.tolist() == [float(s) for s in ins(R)]
+    twice = W.Create_dist_graph_adjacent([R, R], [R, R])  # (a neighbour twice: two objects)
+    got = twice.neighbor_allgather([R])
+    assert got == [[R], [R]] and got[0] is not got[1]
+    twice.Free()
     d2 = d.Dup()
     assert d2.Get_dist_neighbors() == d.Get_dist_neighbors()
     for c in (d, d2):

@@ -136,6 +136,23 @@ def test_our_checks_where_agreements_are_routed():
     assert counts == {"passed": 23}, f"{counts}\n{_tail(out)}"
 
 
+@pytest.mark.slow
+def test_an_unmodified_mpi4py_program_prints_what_it_prints_on_open_mpi():
+    """examples/heat_mpi4py.py (plain mpi4py: a Cartesian grid, Sendrecv halos,
+    bcast of a dict, allreduce of a float, gather of NumPy blocks) at 4 ranks on
+    Open MPI and under ``python -m neuron_mpi.mpi``: the same lines, bit for bit
+    (residuals and the whole grid's digest)."""
+    prog = str(Path(__file__).resolve().parents[1] / "examples" / "heat_mpi4py.py")
+    outs = []
+    for front in ([], ["-m", "neuron_mpi.mpi"]):
+        rc, out, secs = launch([mpiexec(), "-n", "4", sys.executable, *front, prog],
+                               base_env({}), 120)
+        assert rc == 0, f"mpiexec exited {rc} after {secs:.0f} s\n{_tail(out)}"
+        outs.append([ln for ln in out.splitlines() if ln.startswith(("step", "grid"))])
+    assert len(outs[0]) == 5 and outs[0][-1].startswith("grid 64x64 on 2x2 ranks: sha256")
+    assert outs[1] == outs[0]
+
+
 def _files(ranks: int) -> list:
     return [f for f in UPSTREAM if (ranks < 3 or f not in SMALL_ONLY) and
             (ranks == 2 or f not in TWO_ONLY)]

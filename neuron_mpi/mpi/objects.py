@@ -44,8 +44,8 @@ def loads(data):
     return None if len(data) == 0 else _MPI.pickle.loads(data)
 
 
-#: bytes per member of the first exchange of bcast and allgather (and the
-#: reductions over allgather): the pickle's size (int64), then its first bytes; a
+#: bytes per member of the first exchange of bcast, allgather (and the reductions
+#: over it), gather and scatter: the pickle's size (int64), then its first bytes; a
 #: pickle that fits (a number, a short string or tuple) moves in one call
 SLOT = 512
 _IRECV_BUFSZ = getattr(mpi4py.rc, "irecv_bufsz", 32768)  # (irecv's default, as mpi4py's)

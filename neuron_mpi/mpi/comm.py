@@ -79,13 +79,14 @@ class Comm(Objects):
     lower-case, pickle-based methods: neuron_mpi.mpi.objects)."""
 
     def __init__(self, nc=None, name=""):
-        if isinstance(nc, Comm):  # MPI.Comm(comm): another handle of the same one
+        if isinstance(nc, Comm) and not nc._null():  # MPI.Comm(comm): another handle
             if type(self) is not Comm and not isinstance(nc, type(self)):
                 raise TypeError(f"{type(self).__name__}: expected a communicator of that "
                                 f"topology, got a {type(nc).__name__}")
             self.__dict__.update(nc.__dict__)
             return
-        if nc is None or isinstance(nc, _MPI.Comm) and nc == _MPI.COMM_NULL:
+        if nc is None or isinstance(nc, _MPI.Comm) and nc == _MPI.COMM_NULL or \
+                isinstance(nc, Comm) and nc._null():
             nc = _FreedCommunicator()  # MPI.Comm(): a null communicator, as mpi4py's
         elif not isinstance(nc, (Communicator, _FreedCommunicator)):
             raise TypeError(f"comm: expected a communicator, got {type(nc).__name__}")
@@ -108,7 +109,15 @@ class Comm(Objects):
     size = property(Get_size)
 
     def __repr__(self):
-        return f"<neuron_mpi.mpi.Comm rank {self.Get_rank()} of {self.Get_size()}>"
+        if self._null():
+            return f"<neuron_mpi.mpi.{type(self).__name__} null>"
+        return f"<neuron_mpi.mpi.{type(self).__name__} rank {self.Get_rank()} of " \
+               f"{self.Get_size()}>"
+
+    def _live(self) -> None:
+        """MPI.Exception(MPI.ERR_COMM) on a null or freed communicator, as mpi4py's."""
+        if self._null():
+            raise _MPI.Exception(_MPI.ERR_COMM)
 
     def _null(self) -> bool:
         """Null (MPI.Comm()) or freed: equal to MPI.COMM_NULL, false."""
@@ -131,7 +140,7 @@ class Comm(Objects):
         """As mpi4py's: COMM_WORLD and COMM_SELF (and other handles of them) and
         null communicators pickle; any other raises ValueError."""
         if self._null():
-            return Comm, ()
+            return type(self), ()
         from . import _STATE
 
         for key in ("world", "self"):
@@ -189,6 +198,8 @@ class Comm(Objects):
         of world ranks), called by its members only."""
         from . import _world
 
+        if group.Get_size() == 0:
+            return _MPI.COMM_NULL
         w = _world()
         return Comm(w._c.group(w._group_ranks(group)))
 
@@ -316,6 +327,7 @@ class Comm(Objects):
     py2f = toint
 
     def Get_topology(self):
+        self._live()
         return _MPI.UNDEFINED
 
     topology = property(Get_topology)
@@ -328,6 +340,14 @@ class Comm(Objects):
     group = property(Get_group)
 
     def Free(self) -> None:
+        """Free this communicator (MPI.COMM_NULL after); COMM_WORLD, COMM_SELF and
+        a null one raise MPI.Exception(MPI.ERR_COMM), as mpi4py's."""
+        self._live()
+        from . import _STATE
+
+        if any(c is not None and c._c is self._c for c in
+               (_STATE.get("world"), _STATE.get("self"))):
+            raise _MPI.Exception(_MPI.ERR_COMM)
         self._c = _FreedCommunicator()
         self._t = Tagged(self._c)
 
@@ -335,17 +355,19 @@ class Comm(Objects):
         _MPI.COMM_WORLD.Abort(errorcode)
 
     def Is_inter(self) -> bool:
+        self._live()
         return False
 
     is_inter = property(Is_inter)
 
     def Is_intra(self) -> bool:
+        self._live()
         return True
 
     is_intra = property(Is_intra)
 
     def Get_name(self) -> str:
-        return self._name
+        return "MPI_COMM_NULL" if self._null() else self._name
 
     def Set_name(self, name) -> None:
         self._name = str(name)

@@ -22,14 +22,19 @@ def recv_source(source, size: int) -> int:
     """A receive's or probe's source, checked: MPI.ANY_SOURCE, MPI.PROC_NULL or a
     rank of a communicator of ``size`` (else InvalidArgumentError naming
     ``source``, MPI_ERR_RANK), before anything waits for it."""
-    if source in (_MPI.ANY_SOURCE, _MPI.PROC_NULL) and not isinstance(source, bool):
-        return source
-    if isinstance(source, bool) or not hasattr(source, "__index__") or \
-            not 0 <= source.__index__() < size:
+    if isinstance(source, (str, bytes)):
+        raise TypeError(f"source: expected an integer, got {type(source).__name__}")
+    try:
+        rank = int(source)  # (a bool, a float, a NumPy number: as mpi4py takes them)
+    except (TypeError, ValueError):
+        raise TypeError(f"source: expected an integer, got {type(source).__name__}") from None
+    if rank in (_MPI.ANY_SOURCE, _MPI.PROC_NULL):
+        return rank
+    if not 0 <= rank < size:
         raise InvalidArgumentError(
             f"source: expected a rank in [0, {size}), MPI.ANY_SOURCE or MPI.PROC_NULL, "
             f"got {source!r} (MPI_ERR_RANK)")
-    return source.__index__()
+    return rank
 
 
 def set_status(status, source, tag, nbytes: int) -> None:

@@ -369,6 +369,14 @@ def test_an_object_argument_error_fails_every_rank():
 
 
 def test_refused_clearly():
+    with pytest.raises(MPI.Exception):  # (as mpi4py: the predefined ones are not freed)
+        W.Free()
+    d = W.Dup()
+    d.Free()
+    assert d == MPI.COMM_NULL and not d and repr(d).endswith("null>")
+    assert d.Get_name() == "MPI_COMM_NULL" and W.Get_size() == N
+    with pytest.raises(MPI.Exception):
+        d.Free()
     t = MPI.INT.Create_contiguous(2).Commit()
     with pytest.raises(NotImplementedError, match="derived datatypes"):
         W.Bcast([np.zeros(4, np.int32), 2, t])

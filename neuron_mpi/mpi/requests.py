@@ -263,10 +263,7 @@ class Request:
     def Testall(requests, statuses=None):
         """True, every request completed, once all are done; else False and none
         is completed (as MPI_Testall)."""
-        requests = list(requests)
-        if not all(r._ready() for r in requests if _is_active(r)):
-            return False
-        return Request.Waitall(requests, statuses)
+        return Request.testall(requests, statuses)[0]
 
     @staticmethod
     def testall(requests, statuses=None):
@@ -295,11 +292,6 @@ class Request:
     def Waitany(requests, status=None):
         """The index of a request completed now (one already done first), or
         MPI.UNDEFINED when none is active."""
-        requests = list(requests)
-        active = [k for k, r in enumerate(requests) if _is_active(r)]
-        if not active:
-            empty_status(status)
-            return _MPI.UNDEFINED
         return Request.waitany(requests, status)[0]
 
     @staticmethod

@@ -238,6 +238,69 @@ class Msg:
         return counts, displs
 
 
+def w_blocks(spec, name, blocks: int, writeable: bool = False) -> tuple:
+    """A -w buffer spec over ``blocks`` processes, as mpi4py reads one: ``(buf,
+    datatypes)`` (one element of each at displacement 0), ``(buf, (counts, displs),
+    datatypes)`` or ``(buf, counts, displs, datatypes)``, displacements in bytes, a
+    predefined datatype per process. Returns (the buffer's bytes, [(byte offset,
+    bytes)] per process)."""
+    if not isinstance(spec, (tuple, list)) or not 2 <= len(spec) <= 4:
+        raise InvalidArgumentError(
+            f"{name}: expected (buffer, datatypes), (buffer, (counts, displs), datatypes) "
+            f"or (buffer, counts, displs, datatypes), got {type(spec).__name__}")
+    if len(spec) == 2:
+        buf, types = spec
+        counts = displs = None
+    elif len(spec) == 3:
+        buf, pair, types = spec
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise InvalidArgumentError(f"{name}: expected (counts, displs), got {pair!r}")
+        counts, displs = pair
+    else:
+        buf, counts, displs, types = spec
+    if buf is _MPI.BOTTOM:
+        raise NotImplementedError(
+            f"{name}: MPI.BOTTOM and absolute addresses (derived datatypes) are not emulated")
+    b = as_bytes(array_of(buf, name))
+    if writeable and not b.flags.writeable:
+        raise InvalidArgumentError(f"{name}: expected a writeable buffer, got a read-only one")
+    if (counts is None) != (displs is None):
+        raise InvalidArgumentError(f"{name}: expected both counts and displs, or neither")
+    counts = [1] * blocks if counts is None else _per_process(counts, blocks, name, "counts")
+    displs = [0] * blocks if displs is None else _per_process(displs, blocks, name, "displs")
+    try:
+        types = list(types)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{name}: expected a sequence of {blocks} datatypes, got "
+            f"{type(types).__name__}") from None
+    if len(types) != blocks:
+        raise InvalidArgumentError(f"{name}: expected {blocks} datatypes, got {len(types)}")
+    out = []
+    for k, (c, d, t) in enumerate(zip(counts, displs, types)):
+        if not isinstance(t, _MPI.Datatype):
+            raise InvalidArgumentError(
+                f"{name}: datatype {k} is not an MPI datatype ({type(t).__name__})")
+        if not t.is_predefined:
+            raise NotImplementedError(
+                f"{name}: derived datatypes are not emulated (only predefined ones, "
+                f"e.g. MPI.FLOAT); datatype {k} is {t!r}")
+        n = c * to_numpy_dtype(t).itemsize
+        if c < 0 or d < 0 or d + n > b.size:
+            raise InvalidArgumentError(
+                f"{name}: block {k} ({c} elements at byte {d}) is outside the buffer's "
+                f"{b.size} bytes")
+        out.append((d, n))
+    return b, out
+
+
+def _per_process(v, blocks, name, what) -> list:
+    got = _ints(v, name, what)
+    if not isinstance(got, list) or len(got) != blocks:
+        raise InvalidArgumentError(f"{name}: expected {blocks} {what}, got {v!r}")
+    return got
+
+
 def _is_datatype(obj) -> bool:
     return isinstance(obj, (_MPI.Datatype, str))
 

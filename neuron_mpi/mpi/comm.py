@@ -12,9 +12,10 @@ from ..comm import Communicator
 from ..kernels.reference import UFUNCS as _UFUNC
 from ..errors import InvalidArgumentError
 from ..tagged import Barrier, Tagged
-from .buffers import Msg, as_bytes, is_in_place, place, real_parts
+from .buffers import Msg, as_bytes, is_in_place, place, real_parts, w_blocks
 from .objects import Objects
 from .p2p import PointToPoint
+from .persistent import COLLECTIVES, add_persistent
 from .requests import Request, done, not_emulated, started
 from .topo import Cartcomm as _Grid
 from .topo import Distgraphcomm as _DistGraph
@@ -657,6 +658,27 @@ class Comm(Objects, PointToPoint):
         h = c.all_to_all_v(x, [k * it for k in sc], [k * it for k in rc], async_op=async_op)
         return h, lambda res: place(r.a, res.view(r.a.dtype), rc, rd)
 
+    @_agreed
+    def Alltoallw(self, sendbuf, recvbuf) -> None:
+        """Alltoallv with a datatype per process and displacements in bytes
+        (mpi4py's -w specs, predefined datatypes): block j of ``sendbuf`` to rank
+        j, rank j's into block j of ``recvbuf``."""
+        h, then = self._alltoallw(sendbuf, recvbuf, False)
+        then(h)
+
+    def _alltoallw(self, sendbuf, recvbuf, async_op):
+        c = self._c
+        rb, rblocks = w_blocks(recvbuf, "recvbuf", c.size, writeable=True)
+        if is_in_place(sendbuf):
+            sb, sblocks = rb.copy(), rblocks
+        else:
+            sb, sblocks = w_blocks(sendbuf, "sendbuf", c.size)
+        x = np.concatenate([sb[o:o + n] for o, n in sblocks]) if c.size else \
+            np.empty(0, np.uint8)
+        h = c.all_to_all_v(x, [n for _, n in sblocks], [n for _, n in rblocks],
+                           async_op=async_op)
+        return h, lambda res: place(rb, res, [n for _, n in rblocks], [o for o, _ in rblocks])
+
     # non-blocking collectives that write into recvbuf: in flight (Request)
     @_agreed
     def Ibcast(self, buf, root=0) -> Request:
@@ -706,12 +728,17 @@ class Comm(Objects, PointToPoint):
     def Ialltoallv(self, sendbuf, recvbuf) -> Request:
         return started(*self._alltoallv(sendbuf, recvbuf, True))
 
+    @_agreed
+    def Ialltoallw(self, sendbuf, recvbuf) -> Request:
+        return started(*self._alltoallw(sendbuf, recvbuf, True))
+
     # the other non-blocking collectives complete at the call
     def _now(method):
         def run(self, *args, **kwargs):
             method(self, *args, **kwargs)
             return done()
         run.__name__ = "I" + method.__name__[0].lower() + method.__name__[1:]
+        run.__wrapped__ = method  # (its signature: the persistent form's)
         run.__doc__ = f"{method.__name__}, completed at the call; returns a done Request."
         return run
 
@@ -769,35 +796,28 @@ Comm.barrier = Comm.Barrier
 Comm.ibarrier = Comm.Ibarrier
 
 Intracomm = Comm
+add_persistent(Comm, COLLECTIVES)
 
 
 class Cartcomm(_Grid, Comm):
     """A Cartesian communicator of the facade (Comm.Create_cart; neuron_mpi.mpi.topo)."""
 
-    # (a buffer error one rank finds fails the others' all-to-all-v too)
-    Neighbor_allgather = _agreed(_Grid.Neighbor_allgather)
-    Neighbor_alltoall = _agreed(_Grid.Neighbor_alltoall)
-    Neighbor_allgatherv = _agreed(_Grid.Neighbor_allgatherv)
-    Neighbor_alltoallv = _agreed(_Grid.Neighbor_alltoallv)
-
 
 class Graphcomm(_Graph, Comm):
     """A graph communicator of the facade (Comm.Create_graph; neuron_mpi.mpi.topo)."""
-
-    Neighbor_allgather = _agreed(_Graph.Neighbor_allgather)
-    Neighbor_alltoall = _agreed(_Graph.Neighbor_alltoall)
-    Neighbor_allgatherv = _agreed(_Graph.Neighbor_allgatherv)
-    Neighbor_alltoallv = _agreed(_Graph.Neighbor_alltoallv)
 
 
 class Distgraphcomm(_DistGraph, Comm):
     """A distributed graph communicator of the facade (Comm.Create_dist_graph and
     Create_dist_graph_adjacent; neuron_mpi.mpi.topo)."""
 
-    Neighbor_allgather = _agreed(_DistGraph.Neighbor_allgather)
-    Neighbor_alltoall = _agreed(_DistGraph.Neighbor_alltoall)
-    Neighbor_allgatherv = _agreed(_DistGraph.Neighbor_allgatherv)
-    Neighbor_alltoallv = _agreed(_DistGraph.Neighbor_alltoallv)
+
+# (a buffer error one rank finds fails the others' all-to-all-v too)
+for _cls, _base in ((Cartcomm, _Grid), (Graphcomm, _Graph), (Distgraphcomm, _DistGraph)):
+    for _name in ("Neighbor_allgather", "Neighbor_alltoall", "Neighbor_allgatherv",
+                  "Neighbor_alltoallv", "Neighbor_alltoallw"):
+        setattr(_cls, _name, _agreed(getattr(_base, _name)))
+del _cls, _base, _name
 
 
 def _named(key: str, same: bool) -> Comm:

@@ -17,8 +17,9 @@ import numpy as np
 from mpi4py import MPI as _MPI
 
 from ..errors import InvalidArgumentError
-from .buffers import Msg, as_bytes
+from .buffers import Msg, as_bytes, w_blocks
 from .objects import loads, split_pickles
+from .persistent import NEIGHBOURHOOD, add_persistent
 from .requests import done, not_emulated
 
 
@@ -179,6 +180,16 @@ class _Neighbourhood:
         _receivable(s.a, r.a)
         self._swap([as_bytes(s.a[d:d + k]) for k, d in zip(sc, sd)], r.a, rc, rd)
 
+    def Neighbor_alltoallw(self, sendbuf, recvbuf) -> None:
+        """Neighbor_alltoallv with a datatype per neighbour and displacements in
+        bytes (mpi4py's -w specs, predefined datatypes); a block of MPI.PROC_NULL
+        is left as it was."""
+        sources, dests = self._inout()
+        sb, sblocks = w_blocks(sendbuf, "sendbuf", len(dests))
+        rb, rblocks = w_blocks(recvbuf, "recvbuf", len(sources), writeable=True)
+        self._swap([sb[o:o + n] for o, n in sblocks], rb, [n for _, n in rblocks],
+                   [o for o, _ in rblocks])
+
     def neighbor_allgather(self, sendobj) -> list:
         """Every in-neighbour's ``sendobj`` (pickled, as mpi4py's), a list in
         in-neighbour order; None from MPI.PROC_NULL."""
@@ -238,6 +249,14 @@ class _Neighbourhood:
         """Neighbor_alltoallv, completed at the call; returns a done Request."""
         self.Neighbor_alltoallv(sendbuf, recvbuf)
         return done()
+
+    def Ineighbor_alltoallw(self, sendbuf, recvbuf):
+        """Neighbor_alltoallw, completed at the call; returns a done Request."""
+        self.Neighbor_alltoallw(sendbuf, recvbuf)
+        return done()
+
+
+add_persistent(_Neighbourhood, NEIGHBOURHOOD)
 
 
 def _per_neighbour(m: Msg, n: int) -> tuple:

@@ -464,6 +464,127 @@ def test_persistent_requests_and_request_lists():
     assert got.tolist() == [float(left)] * 2
 
 
+def test_persistent_collectives():
+    """Allreduce_init and the other X_init (MPI 4.0): inactive until Start; each
+    Start reads the buffers as they are then and is in flight (Test false while
+    a member has not started; the agent finishes it while the rank sleeps); Wait
+    leaves the result and the request inactive, startable again; Startall starts
+    several in order; Start of an active one or of a freed one is refused; info
+    is taken by position or keyword; an argument error on one rank fails its
+    Start and the others' Wait, and leaves the request inactive."""
+    x, out = np.zeros(3, np.float64), np.zeros(3, np.float64)
+    g_out = np.zeros(2 * N, np.int32)
+    g_in = np.zeros(2, np.int32)
+    ar = W.Allreduce_init(x, out, MPI.SUM, MPI.INFO_NULL)
+    ag = W.Allgather_init(g_in, g_out, info=MPI.INFO_NULL)
+    assert isinstance(ar, MPI.Prequest) and ar and ar != MPI.REQUEST_NULL
+    assert ar.Test() and MPI.Request.Waitany([ar, ag]) == MPI.UNDEFINED  # (inactive)
+    for step in range(3):
+        x[:] = [step, R, 1]
+        g_in[:] = [R, step]
+        MPI.Prequest.Startall([ar, ag])
+        with pytest.raises(ValueError, match="persistent request is active"):
+            ar.Start()
+        time.sleep(0.2)
+        MPI.Request.Waitall([ar, ag])
+        assert out.tolist() == [step * N, N * (N - 1) / 2, N]
+        assert g_out.tolist() == [v for r in range(N) for v in (r, step)]
+    # one member starts 1 s late: the others' Test says False without waiting
+    if R == 0:
+        time.sleep(1.0)
+    ar.Start()
+    t0 = time.perf_counter()
+    early = ar.Test()
+    asked = time.perf_counter() - t0
+    ar.Wait()
+    if N > 1 and R != 0:
+        assert not early and asked < 0.5, (early, asked)
+    ar.Free()
+    ag.Free()
+    assert ar == MPI.REQUEST_NULL
+    with pytest.raises(ValueError, match="freed"):
+        ar.Start()
+    # the rooted, -v, scan and barrier forms, with the keyword names of mpi4py
+    b = np.arange(4.0) if R == N - 1 else np.zeros(4)
+    counts = [r + 1 for r in range(N)]
+    v_out = np.zeros(sum(counts), np.int64)
+    sc = np.zeros(1, np.int64)
+    reqs = [W.Bcast_init(b, root=N - 1), W.Barrier_init(),
+            W.Allgatherv_init(np.full(R + 1, R, np.int64), [v_out, counts, MPI.INT64_T]),
+            W.Scan_init(np.array([R + 1], np.int64), sc, op=MPI.SUM),
+            W.Reduce_scatter_init(np.ones(sum(counts)), np.zeros(counts[R]), counts)]
+    MPI.Prequest.Startall(reqs)
+    MPI.Request.Waitall(reqs)
+    assert b.tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert v_out.tolist() == [r for r in range(N) for _ in range(r + 1)]
+    assert sc[0] == (R + 1) * (R + 2) // 2
+    # an argument error on one rank: its Start fails, the others' Wait (as an
+    # Iallreduce's); nothing moved, the request inactive after
+    bad = N - 1
+    theirs = f"rank\\(s\\) {bad} of the group rejected"
+    short = np.full(2 if R == bad else 3, -1.0)
+    q = W.Allreduce_init(np.ones(3), short)
+    with pytest.raises(ValueError, match="recvbuf: 2 elements" if R == bad else theirs):
+        q.Start()
+        q.Wait()
+    assert short.tolist() == [-1.0] * short.size and q.Test()  # (inactive)
+    q.Free()
+    with pytest.raises(TypeError, match="info"):
+        W.Barrier_init(info="hints")
+    grid = W.Create_cart([N], periods=[True])
+    got = np.full(2, -1, np.int32)
+    q = grid.Neighbor_allgather_init(np.array([R], np.int32), got)
+    q.Start()
+    q.Wait()
+    assert got.tolist() == [(R - 1) % N, (R + 1) % N]
+    grid.Free()
+
+
+def test_alltoallw_with_a_datatype_per_rank():
+    """Alltoallw (and Ialltoallw, Alltoallw_init): rank j's block in a datatype of
+    its own, at displacements in bytes; IN_PLACE; a wrong number of datatypes on
+    one rank fails every rank; a derived datatype is refused."""
+    types = [MPI.INT32_T if j % 2 else MPI.DOUBLE for j in range(N)]
+    npt = [np.int32 if j % 2 else np.float64 for j in range(N)]
+    size = [np.dtype(t).itemsize for t in npt]
+    counts = [2] * N
+    # send block j: two elements of types[j], value 10 * R + j, 8-byte aligned
+    displs = [16 * j for j in range(N)]
+    sbuf = np.zeros(16 * N, np.uint8)
+    for j in range(N):
+        sbuf[displs[j]:displs[j] + 2 * size[j]].view(npt[j])[:] = 10 * R + j
+    # receive from rank j in the type rank j sent this rank: types[R], reversed order
+    rdispls = [16 * (N - 1 - j) for j in range(N)]
+    rbuf = np.zeros(16 * N, np.uint8)
+    W.Alltoallw([sbuf, (counts, displs), types], [rbuf, counts, rdispls, [types[R]] * N])
+    for j in range(N):
+        got = rbuf[rdispls[j]:rdispls[j] + 2 * size[R]].view(npt[R])
+        assert got.tolist() == [10 * j + R] * 2
+    again = np.zeros(16 * N, np.uint8)
+    q = W.Ialltoallw([sbuf, (counts, displs), types], [again, counts, rdispls,
+                                                        [types[R]] * N])
+    q.Wait()
+    assert np.array_equal(again, rbuf)
+    inplace = np.zeros(4 * N, np.uint8)
+    inplace.view(np.int32)[:] = [100 * R + j for j in range(N)]
+    q = W.Alltoallw_init(MPI.IN_PLACE, [inplace, ([1] * N, [4 * j for j in range(N)]),
+                                        [MPI.INT32_T] * N])
+    q.Start()
+    q.Wait()
+    assert inplace.view(np.int32).tolist() == [100 * j + R for j in range(N)]
+    bad = N - 1
+    theirs = f"rank\\(s\\) {bad} of the group rejected"
+    with pytest.raises(ValueError, match="expected 1 datatypes" if N == 1 and R == bad else
+                       f"expected {N} datatypes" if R == bad else theirs):
+        W.Alltoallw([sbuf, (counts, displs), types + [MPI.INT] if R == bad else types],
+                    [rbuf, counts, rdispls, [types[R]] * N])
+    t = MPI.INT.Create_contiguous(2).Commit()
+    with pytest.raises(NotImplementedError, match="derived datatypes"):
+        W.Alltoallw([sbuf, ([1] * N, [0] * N), [t] * N], [rbuf, ([1] * N, [0] * N), [t] * N])
+    t.Free()
+    W.Barrier()
+
+
 def test_split_type_names_and_what_is_not_emulated():
     c = W.communicator  # the ranks of this rank's emulated node, reversed
     mine = [r for r in range(N) if c.topology.placement(c.ranks[r]).node ==

@@ -33,9 +33,10 @@ from mpi4py import MPI as _MPI
 from .comm import Cartcomm, Comm, Distgraphcomm, Graphcomm, Intracomm  # noqa: F401
 from .message import Message  # noqa: F401
 from .requests import NotEmulatedError, Prequest, Request  # noqa: F401
+from .unmodelled import File, Win  # noqa: F401
 
 _EMULATED = ("COMM_WORLD", "COMM_SELF", "Comm", "Intracomm", "Cartcomm", "Graphcomm",
-             "Distgraphcomm", "Request", "Prequest", "Message",
+             "Distgraphcomm", "Request", "Prequest", "Message", "Win", "File",
              "MPI", "NotEmulatedError")
 _STATE: dict = {}
 
@@ -44,8 +45,10 @@ def _world() -> Comm:
     if "world" not in _STATE:
         from .. import comm as C
         from .. import env
+        from .attrs import seed_predefined
         w = C.init(strict=env.strict_groups())
         _STATE["world"] = Comm(w, "MPI_COMM_WORLD")
+        seed_predefined(_STATE["world"])
         _STATE["self"] = Comm(w.group([w.rank]), "MPI_COMM_SELF")
     return _STATE["world"]
 

@@ -12,6 +12,7 @@ from ..comm import Communicator
 from ..kernels.reference import UFUNCS as _UFUNC
 from ..errors import InvalidArgumentError
 from ..tagged import Barrier, Tagged
+from .attrs import Attributes
 from .buffers import Msg, as_bytes, is_in_place, place, real_parts, w_blocks
 from .objects import Objects
 from .p2p import PointToPoint
@@ -74,10 +75,10 @@ def _reduce_rows(rows: np.ndarray, op: str) -> np.ndarray:
     return acc
 
 
-class Comm(Objects, PointToPoint):
+class Comm(Objects, PointToPoint, Attributes):
     """An mpi4py-style intracommunicator over a neuron_mpi Communicator (point to
     point: neuron_mpi.mpi.p2p; the lower-case, pickle-based methods:
-    neuron_mpi.mpi.objects)."""
+    neuron_mpi.mpi.objects; attributes: neuron_mpi.mpi.attrs)."""
 
     def __init__(self, nc=None, name=""):
         if isinstance(nc, Comm) and not nc._null():  # MPI.Comm(comm): another handle
@@ -165,7 +166,11 @@ class Comm(Objects, PointToPoint):
 
     # --- communicators ---------------------------------------------------------------
     def Dup(self, info=None) -> Comm:
-        return Comm(self._c.split([list(range(self._c.size))]))
+        """A new communicator of the same ranks, with this one's attributes copied
+        as their keyvals say."""
+        new = Comm(self._c.split([list(range(self._c.size))]))
+        self._copy_attrs(new)
+        return new
 
     Clone = Dup
 
@@ -349,6 +354,7 @@ class Comm(Objects, PointToPoint):
         if any(c is not None and c._c is self._c for c in
                (_STATE.get("world"), _STATE.get("self"))):
             raise _MPI.Exception(_MPI.ERR_COMM)
+        self._delete_attrs()
         self._c = _FreedCommunicator()
         self._t = Tagged(self._c)
 

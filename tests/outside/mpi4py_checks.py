@@ -585,6 +585,48 @@ def test_alltoallw_with_a_datatype_per_rank():
     W.Barrier()
 
 
+def test_attributes_and_what_windows_say():
+    """Predefined attributes on COMM_WORLD and its Dups (MPI.TAG_UB: the largest
+    tag a send takes), none on Split's or COMM_SELF; a user keyval's value shared
+    by every handle of a communicator, copied by Dup through copy_fn, deleted
+    through delete_fn by Set_attr over it, Delete_attr and Free; a window or a
+    file raises NotImplementedError (and mpi4py's TypeError no more)."""
+    from neuron_mpi.tagged import TAG_UB
+
+    assert W.Get_attr(MPI.TAG_UB) == TAG_UB
+    d = W.Dup()
+    assert d.Get_attr(MPI.TAG_UB) == TAG_UB and MPI.COMM_SELF.Get_attr(MPI.TAG_UB) is None
+    req = W.Isend(np.full(1, 7.0), R, tag=TAG_UB)
+    got = np.zeros(1)
+    W.Recv(got, R, tag=TAG_UB)
+    req.Wait()
+    assert got[0] == 7.0
+    s = W.Split(0, R)
+    assert s.Get_attr(MPI.TAG_UB) is None
+    deleted = []
+    k = MPI.Comm.Create_keyval(copy_fn=lambda c, key, v: v + [len(v)],
+                               delete_fn=lambda c, key, v: deleted.append(list(v)))
+    s.Set_attr(k, [0])
+    assert MPI.Comm(s).Get_attr(k) == [0]  # (another handle of it)
+    s.Set_attr(k, [1])  # (over a value: its delete_fn first)
+    assert deleted == [[0]]
+    s2 = s.Dup()
+    assert s2.Get_attr(k) == [1, 1] and s.Get_attr(k) == [1]
+    s2.Free()
+    s.Delete_attr(k)
+    assert deleted == [[0], [1, 1], [1]] and s.Get_attr(k) is None
+    with pytest.raises(MPI.Exception):
+        s.Set_attr(MPI.TAG_UB, 1)  # (predefined: not set by the user, as Open MPI)
+    assert MPI.Comm.Free_keyval(k) == MPI.KEYVAL_INVALID
+    s.Free()
+    d.Free()
+    with pytest.raises(NotImplementedError, match="Win.Allocate: RMA windows"):
+        MPI.Win.Allocate(8, 1, MPI.INFO_NULL, W)
+    with pytest.raises(NotImplementedError, match="File.Open"):
+        MPI.File.Open(W, "/tmp/neuron-mpi-no-such-file", MPI.MODE_RDONLY)
+    assert MPI.Win.__bases__ == (type(MPI.WIN_NULL),)  # (mpi4py's own Win underneath)
+
+
 def test_split_type_names_and_what_is_not_emulated():
     c = W.communicator  # the ranks of this rank's emulated node, reversed
     mine = [r for r in range(N) if c.topology.placement(c.ranks[r]).node ==

@@ -17,7 +17,7 @@ from .buffers import Msg, as_bytes, is_in_place, place, real_parts, w_blocks
 from .objects import Objects
 from .p2p import PointToPoint
 from .persistent import COLLECTIVES, add_persistent
-from .requests import Request, done, not_emulated, started
+from .requests import MPIError, Request, done, not_emulated, started
 from .topo import Cartcomm as _Grid
 from .topo import Distgraphcomm as _DistGraph
 from .topo import Graphcomm as _Graph
@@ -119,7 +119,7 @@ class Comm(Objects, PointToPoint, Attributes):
     def _live(self) -> None:
         """MPI.Exception(MPI.ERR_COMM) on a null or freed communicator, as mpi4py's."""
         if self._null():
-            raise _MPI.Exception(_MPI.ERR_COMM)
+            raise MPIError("comm: a null or freed communicator (MPI.COMM_NULL)", _MPI.ERR_COMM)
 
     def _null(self) -> bool:
         """Null (MPI.Comm()) or freed: equal to MPI.COMM_NULL, false."""
@@ -155,8 +155,12 @@ class Comm(Objects, PointToPoint, Attributes):
         """MPI_Comm_compare (also ``MPI.Comm.Compare(a, b)``): MPI.IDENT for the same
         communicator, MPI.CONGRUENT for the same ranks in the same order,
         MPI.SIMILAR in another order, else MPI.UNEQUAL."""
-        if not isinstance(comm, Comm):
-            raise TypeError(f"comm: expected a communicator, got {type(comm).__name__}")
+        for c in (self, comm):
+            if isinstance(c, _MPI.Comm) and c == _MPI.COMM_NULL:  # (mpi4py's own)
+                raise MPIError("comm: MPI.COMM_NULL", _MPI.ERR_COMM)
+            if not isinstance(c, Comm):
+                raise TypeError(f"comm: expected a communicator, got {type(c).__name__}")
+            c._live()
         if comm._c is self._c:
             return _MPI.IDENT
         mine, theirs = list(self._c.ranks), list(comm._c.ranks)
@@ -382,11 +386,16 @@ class Comm(Objects, PointToPoint, Attributes):
     name = property(Get_name, Set_name)
 
     def Get_errhandler(self):
-        return _MPI.ERRORS_RETURN
+        """MPI.ERRORS_RETURN, as a new reference the caller may Free (as mpi4py's:
+        MPI_Comm_get_errhandler's handle is the caller's)."""
+        return _MPI.COMM_SELF.Get_errhandler()  # (mpi4py sets ERRORS_RETURN there)
 
     def Set_errhandler(self, errhandler) -> None:
         """MPI.ERRORS_RETURN (mpi4py's default on its communicators: errors raise
         Python exceptions, as here) only."""
+        self._live()
+        if errhandler == _MPI.ERRHANDLER_NULL:
+            raise MPIError("errhandler: MPI.ERRHANDLER_NULL", _MPI.ERR_ARG)
         if errhandler != _MPI.ERRORS_RETURN:
             raise NotImplementedError(
                 "errhandler: errors raise Python exceptions here (MPI.ERRORS_RETURN, "
@@ -838,4 +847,4 @@ def _named(key: str, same: bool) -> Comm:
 
 class _FreedCommunicator:
     def __getattr__(self, name):
-        raise InvalidArgumentError("comm: this communicator was freed (Comm.Free)")
+        raise MPIError("comm: a null or freed communicator (MPI.COMM_NULL)", _MPI.ERR_COMM)

@@ -420,6 +420,27 @@ class Prequest(Request):
     start = Start
 
 
+class MPIError(InvalidArgumentError, _MPI.Exception):
+    """An error the facade reports as mpi4py would, ``MPI.Exception`` of an MPI error
+    class (``Get_error_class()``, ``int(e)``), that is also the ValueError naming
+    the argument (InvalidArgumentError) that neuron_mpi raises for bad input."""
+
+    def __init__(self, message: str, error_class: int):
+        InvalidArgumentError.__init__(self, message)
+        self.error_class_code = int(error_class)
+
+    def __int__(self) -> int:
+        return self.error_class_code
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.args[0]!r}, {self.error_class_code})"
+
+    __hash__ = _MPI.Exception.__hash__
+
+
 class NotEmulatedError(NotImplementedError, AttributeError):
     """An mpi4py method this module does not emulate: a NotImplementedError that
     names it, and an AttributeError, so ``hasattr`` says False."""

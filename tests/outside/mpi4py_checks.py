@@ -377,6 +377,18 @@ def test_refused_clearly():
     assert d.Get_name() == "MPI_COMM_NULL" and W.Get_size() == N
     with pytest.raises(MPI.Exception):
         d.Free()
+    # (a null communicator's every call: MPI.ERR_COMM, and a ValueError naming comm)
+    for call in (d.Dup, lambda: d.Split(0, 0), lambda: d.Allreduce(np.zeros(1), np.zeros(1)),
+                 lambda: MPI.Comm.Compare(MPI.COMM_NULL, W)):
+        with pytest.raises(MPI.Exception) as e:
+            call()
+        assert e.value.Get_error_class() == MPI.ERR_COMM and isinstance(e.value, ValueError)
+        assert "comm" in str(e.value)
+    eh = W.Get_errhandler()  # (a reference of the caller's, freed without harm)
+    assert eh == MPI.ERRORS_RETURN
+    eh.Free()
+    with pytest.raises(MPI.Exception):
+        W.Set_errhandler(MPI.ERRHANDLER_NULL)
     t = MPI.INT.Create_contiguous(2).Commit()
     with pytest.raises(NotImplementedError, match="derived datatypes"):
         W.Bcast([np.zeros(4, np.int32), 2, t])

@@ -8,16 +8,19 @@ Dup copies each attribute through its keyval's ``copy_fn`` (None or False: not
 copied; True: the same object; a function ``(comm, keyval, value)``: what it
 returns, not copied when it returns NotImplemented); Free, Delete_attr and a
 Set_attr over a value call ``delete_fn(comm, keyval, value)``. A callback that
-raises prints its traceback on stderr and the call raises
-``MPI.Exception(MPI.ERR_OTHER)``, as mpi4py's does. ``nopython=True`` keyvals hold
-integers (C pointers in MPI).
+raises prints its traceback on stderr; Dup and Delete_attr then raise
+``MPI.Exception(MPI.ERR_OTHER)``, as mpi4py's do (the attribute deleted all the
+same), while Set_attr keeps the new value and Free frees, as over Open MPI.
+``nopython=True`` keyvals hold ints (C pointers in MPI: 64 bits, a negative one
+read back modulo 2**64).
 
-The predefined attributes are on COMM_WORLD and its duplicates, as Open MPI
-keeps them: ``MPI.TAG_UB`` is the facade's largest tag (tagged.TAG_UB); ``IO``,
-``WTIME_IS_GLOBAL``, ``UNIVERSE_SIZE``, ``APPNUM`` and ``LASTUSEDCODE`` are the real
-COMM_WORLD's. Other communicators (COMM_SELF, Split's) have none. Setting or
-deleting a predefined one, and asking for a keyval never created, raise
-``MPI.Exception(MPI.ERR_OTHER)``, as Open MPI does.
+The predefined attributes are on COMM_WORLD and its duplicates (LASTUSEDCODE on
+COMM_WORLD alone), as Open MPI keeps them: ``MPI.TAG_UB`` is the facade's largest
+tag (tagged.TAG_UB); ``IO``, ``WTIME_IS_GLOBAL``, ``UNIVERSE_SIZE``, ``APPNUM`` and
+``LASTUSEDCODE`` are the real COMM_WORLD's. Other communicators (COMM_SELF,
+Split's) have none. Setting or deleting a predefined one, and asking for a keyval
+never created, raise ``MPI.Exception(MPI.ERR_OTHER)``, ``MPI.KEYVAL_INVALID``
+``ERR_KEYVAL``, as over Open MPI; a freed keyval reads None.
 """
 from __future__ import annotations
 
@@ -29,10 +32,12 @@ from mpi4py import MPI as _MPI
 
 #: keyval -> (copy_fn, delete_fn, nopython), for the keyvals not freed
 _KEYVALS: dict = {}
+_FREED: set = set()  # (keyvals freed: Get_attr says None, as over Open MPI)
 #: an emulated Communicator -> {keyval: (value, (copy_fn, delete_fn, nopython))}
 _ATTRS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _PREDEFINED = ("TAG_UB", "IO", "WTIME_IS_GLOBAL", "UNIVERSE_SIZE", "APPNUM", "LASTUSEDCODE")
 _KEPT = (True, None, True)  # (a predefined attribute: copied by Dup, as Open MPI does)
+_WORLD_ONLY = (None, None, True)  # (LASTUSEDCODE: not copied, as over Open MPI)
 _REAL = object()  # (a predefined attribute's value: the real COMM_WORLD's now)
 
 
@@ -52,7 +57,20 @@ def seed_predefined(comm) -> None:
         if name == "TAG_UB":
             attrs[keyval] = (TAG_UB, _KEPT)
         elif _MPI.COMM_WORLD.Get_attr(keyval) is not None:
-            attrs[keyval] = (_REAL, _KEPT)  # (read at each Get_attr: LASTUSEDCODE moves)
+            # (read at each Get_attr: LASTUSEDCODE moves; it is COMM_WORLD's alone)
+            attrs[keyval] = (_REAL, _WORLD_ONLY if name == "LASTUSEDCODE" else _KEPT)
+
+
+def _pointer(v) -> int:
+    """A nopython attribute's value, as mpi4py takes a C pointer from it: an int
+    (TypeError otherwise), of 64 bits (OverflowError), a negative one read back
+    modulo 2**64."""
+    if not isinstance(v, int):
+        raise TypeError(f"attrval: expected an int for a nopython keyval, got "
+                        f"{type(v).__name__}")
+    if not -(1 << 63) <= v < (1 << 64):
+        raise OverflowError(f"attrval: {v} does not fit a C pointer")
+    return v & ((1 << 64) - 1)
 
 
 def _call(fn, comm, keyval, value):
@@ -84,7 +102,8 @@ class Attributes:
         """MPI.KEYVAL_INVALID; attributes set with it stay until deleted."""
         keyval = int(keyval)
         got = _MPI.Comm.Free_keyval(keyval)
-        _KEYVALS.pop(keyval, None)
+        if _KEYVALS.pop(keyval, None) is not None:
+            _FREED.add(keyval)
         return got
 
     def _attrs(self) -> dict:
@@ -98,7 +117,10 @@ class Attributes:
         if keyval in attrs:
             value = attrs[keyval][0]
             return _MPI.COMM_WORLD.Get_attr(keyval) if value is _REAL else value
-        if keyval not in _KEYVALS and keyval not in _predefined_keyvals():
+        if keyval == _MPI.KEYVAL_INVALID:
+            raise _MPI.Exception(_MPI.ERR_KEYVAL)
+        if keyval not in _KEYVALS and keyval not in _FREED and \
+                keyval not in _predefined_keyvals():
             raise _MPI.Exception(_MPI.ERR_OTHER)
         return None
 
@@ -109,15 +131,19 @@ class Attributes:
         if state is None:  # (a predefined keyval, or one never created or freed)
             raise _MPI.Exception(_MPI.ERR_OTHER)
         if state[2]:
-            attrval = int(attrval)  # (nopython: an integer, as a C pointer)
-        if keyval in attrs:
-            self._delete(keyval, attrs)
+            attrval = _pointer(attrval)
+        old = attrs.pop(keyval, None)  # (set again: the last set, for Free's order)
         attrs[keyval] = (attrval, state)
+        if old is not None and old[1][1] is not None:  # (the old value's delete_fn: if
+            try:  # it raises, its traceback is printed and the new value stays, as
+                _call(old[1][1], self, keyval, old[0])  # over Open MPI)
+            except _MPI.Exception:
+                pass
 
     def Delete_attr(self, keyval) -> None:
         attrs = self._attrs()
         keyval = int(keyval)
-        if keyval not in attrs or attrs[keyval][1] is _KEPT:
+        if keyval not in attrs or keyval in _predefined_keyvals():
             raise _MPI.Exception(_MPI.ERR_OTHER)
         self._delete(keyval, attrs)
 
@@ -134,7 +160,7 @@ class Attributes:
         if not mine:
             return
         theirs = _ATTRS.setdefault(new._c, {})
-        for keyval, (value, state) in list(mine.items()):
+        for keyval, (value, state) in sorted(mine.items()):  # (in keyval order, as MPI)
             copy_fn = state[0]
             if copy_fn is None:
                 continue
@@ -145,7 +171,12 @@ class Attributes:
             theirs[keyval] = (value, state)
 
     def _delete_attrs(self) -> None:
-        """Free's deletion of every attribute, the last set first."""
+        """Free's deletion of every attribute, the last set first. A delete_fn that
+        raises has its traceback printed and the others still run: the
+        communicator is freed all the same, as over Open MPI."""
         attrs = _ATTRS.get(self._c)
         for keyval in reversed(list(attrs or ())):
-            self._delete(keyval, attrs)
+            try:
+                self._delete(keyval, attrs)
+            except _MPI.Exception:
+                pass

@@ -270,10 +270,9 @@ def w_blocks(spec, name, blocks: int, writeable: bool = False) -> tuple:
     displs = [0] * blocks if displs is None else _per_process(displs, blocks, name, "displs")
     try:
         types = list(types)
-    except TypeError:
-        raise InvalidArgumentError(
-            f"{name}: expected a sequence of {blocks} datatypes, got "
-            f"{type(types).__name__}") from None
+    except TypeError:  # (TypeError, as mpi4py's)
+        raise TypeError(f"{name}: expected a sequence of {blocks} datatypes, got "
+                        f"{type(types).__name__}") from None
     if len(types) != blocks:
         raise InvalidArgumentError(f"{name}: expected {blocks} datatypes, got {len(types)}")
     out = []

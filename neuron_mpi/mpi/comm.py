@@ -190,6 +190,7 @@ class Comm(Objects, PointToPoint, Attributes):
 
     def Get_info(self):
         """An empty MPI.Info (no hints are kept); Set_info takes any."""
+        self._live()
         return _MPI.Info.Create()
 
     def Set_info(self, info) -> None:
@@ -381,6 +382,7 @@ class Comm(Objects, PointToPoint, Attributes):
         return "MPI_COMM_NULL" if self._null() else self._name
 
     def Set_name(self, name) -> None:
+        self._live()
         self._name = str(name)
 
     name = property(Get_name, Set_name)
@@ -388,6 +390,7 @@ class Comm(Objects, PointToPoint, Attributes):
     def Get_errhandler(self):
         """MPI.ERRORS_RETURN, as a new reference the caller may Free (as mpi4py's:
         MPI_Comm_get_errhandler's handle is the caller's)."""
+        self._live()
         return _MPI.COMM_SELF.Get_errhandler()  # (mpi4py sets ERRORS_RETURN there)
 
     def Set_errhandler(self, errhandler) -> None:

@@ -168,6 +168,7 @@ class PointToPoint:
         return self._send_init(buf, dest, tag, True)
 
     def _send_init(self, buf, dest, tag, sync) -> Prequest:
+        self._live()
         tag = send_tag(tag)
         if dest == _MPI.PROC_NULL:
             return Prequest(lambda req: None)
@@ -181,6 +182,7 @@ class PointToPoint:
     def Recv_init(self, buf, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG) -> Prequest:
         """A persistent receive: each Start posts it (made at Wait/Test, as Irecv;
         from MPI.ANY_SOURCE too)."""
+        self._live()
         return Prequest(self._posted(buf, source, tag))
 
     def Probe(self, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG, status=None) -> bool:

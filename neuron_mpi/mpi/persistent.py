@@ -22,7 +22,7 @@ import inspect
 
 from mpi4py import MPI as _MPI
 
-from .requests import Prequest
+from .requests import MPIError, Prequest
 
 _INFO = inspect.Parameter("info", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
 
@@ -36,18 +36,26 @@ def persistent(icall):
     name = icall.__name__[1].upper() + icall.__name__[2:] + "_init"
 
     def init(self, *args, **kwargs):
+        self._live()  # (MPI.Exception(ERR_COMM) on a null or freed communicator)
         bound = init_sig.bind(self, *args, **kwargs)
         info = bound.arguments.pop("info", None)
         if info is not None and not isinstance(info, _MPI.Info):
             raise TypeError(f"info: expected an MPI.Info, got {type(info).__name__}")
         call = dict(bound.arguments)
         del call[params[0].name]  # (self)
+        if "root" in call:  # (at init, as mpi4py's over Open MPI: MPI_ERR_ROOT)
+            root, size = call["root"], self.Get_size()
+            if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < size:
+                raise MPIError(f"root: expected a rank in [0, {size}), got {root!r}",
+                               _MPI.ERR_ROOT)
 
         def start(req):
             r = icall(self, **call)
             req._handle = r._handle  # (None once done: Test finds it done)
             return r._run
-        return Prequest(start)
+        req = Prequest(start)
+        req._collective = True  # (Cancel and Free of it active: MPI_ERR_REQUEST)
+        return req
 
     init.__name__ = init.__qualname__ = name
     init.__signature__ = init_sig

@@ -99,7 +99,8 @@ def _first_done(requests, active) -> int:
 class Request:
     """A request of an I-call. The non-blocking collectives (Iallreduce, Ireduce,
     Ireduce_scatter_block, Iscan, Iexscan, Ibcast, Iallgather, Iallgatherv,
-    Ialltoall, Ialltoallv, Igather, Iscatter; reductions on the datatypes the
+    Ialltoall, Ialltoallv and Ialltoallw after their counts' agreement at the
+    call, Igather, Iscatter; reductions on the datatypes the
     kernels carry) are in flight: the rank's agent moves them while the program
     computes, ``Test`` says whether they are done without blocking, ``Wait``
     finishes them (raising their error; the -v forms place the result in
@@ -125,6 +126,7 @@ class Request:
         self._load = None  # a lower-case receive: its object, from the bytes it took
         self._active = False
         self._null = True  # equal to MPI.REQUEST_NULL, false
+        self._collective = False  # a persistent collective's (persistent.py)
 
     @classmethod
     def _new(cls, run=None, handle=None):
@@ -226,6 +228,7 @@ class Request:
         ``Status.Is_cancelled()`` True). Anything else is not: a send (its bytes
         have left), a receive whose message is here, a collective; they complete
         as usual."""
+        self._refuse_active_collective("Cancel")
         if self._active and self._run is not None and self._cancel is not None \
                 and self._cancel():
             self._run = self._poll = None
@@ -233,11 +236,19 @@ class Request:
 
     cancel = Cancel
 
+    def _refuse_active_collective(self, what) -> None:
+        """MPI.Exception(ERR_REQUEST) for an active persistent collective, as mpi4py's
+        over Open MPI: neither cancelled nor freed before it completes."""
+        if self._active and self._collective:
+            raise MPIError(f"request: {what} of an active persistent collective (Wait "
+                           "or Test it first)", _MPI.ERR_REQUEST)
+
     def Free(self):
         """Drop the request. A receive goes on without it: made into its buffer
         once a message is matched to it (now, or when one comes; the buffer is the
         receive's until then, as in MPI). A synchronous send is dropped at once
         (its bytes have left). A collective in flight completes first."""
+        self._refuse_active_collective("Free")
         if self._detached and self._run is not None:
             self._detached()
             self._run = None
@@ -407,11 +418,11 @@ class Prequest(Request):
 
     def Start(self):
         if self._null:
-            raise InvalidArgumentError("request: this persistent request was freed")
+            raise MPIError("request: this persistent request was freed", _MPI.ERR_REQUEST)
         if self._active:
-            raise InvalidArgumentError(
+            raise MPIError(
                 "request: this persistent request is active (Start it again after "
-                "Wait or Test completes it)")
+                "Wait or Test completes it)", _MPI.ERR_REQUEST)
         self._info = self._poll = self._cancel = None
         self._cancelled, self._detached = False, None
         self._run = self._start(self)

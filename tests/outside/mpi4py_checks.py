@@ -511,11 +511,21 @@ def test_persistent_collectives():
     ar.Wait()
     if N > 1 and R != 0:
         assert not early and asked < 0.5, (early, asked)
+    # an active persistent collective is neither cancelled nor freed (ERR_REQUEST)
+    ar.Start()
+    for what in (ar.Cancel, ar.Free):
+        with pytest.raises(MPI.Exception) as e:
+            what()
+        assert e.value.Get_error_class() == MPI.ERR_REQUEST
+    ar.Wait()
     ar.Free()
     ag.Free()
     assert ar == MPI.REQUEST_NULL
-    with pytest.raises(ValueError, match="freed"):
+    with pytest.raises(MPI.Exception, match="freed"):
         ar.Start()
+    with pytest.raises(MPI.Exception) as e:  # (a root out of range: at init)
+        W.Bcast_init(np.zeros(1), root=N)
+    assert e.value.Get_error_class() == MPI.ERR_ROOT
     # the rooted, -v, scan and barrier forms, with the keyword names of mpi4py
     b = np.arange(4.0) if R == N - 1 else np.zeros(4)
     counts = [r + 1 for r in range(N)]
@@ -630,7 +640,29 @@ def test_attributes_and_what_windows_say():
     with pytest.raises(MPI.Exception):
         s.Set_attr(MPI.TAG_UB, 1)  # (predefined: not set by the user, as Open MPI)
     assert MPI.Comm.Free_keyval(k) == MPI.KEYVAL_INVALID
+    assert s.Get_attr(k) is None  # (a freed keyval: None, as over Open MPI)
+    with pytest.raises(MPI.Exception) as e:
+        s.Get_attr(MPI.KEYVAL_INVALID)
+    assert e.value.Get_error_class() == MPI.ERR_KEYVAL
+    # a delete_fn that raises: Delete_attr raises (the attribute gone all the same);
+    # Set_attr over it keeps the new value; Free frees
+    def bad(c, key, v):
+        raise RuntimeError("delete_fn of the check")
+    kb = MPI.Comm.Create_keyval(delete_fn=bad)
+    s.Set_attr(kb, "a")
+    with pytest.raises(MPI.Exception):
+        s.Delete_attr(kb)
+    assert s.Get_attr(kb) is None
+    s.Set_attr(kb, "b")
+    s.Set_attr(kb, "c")
+    assert s.Get_attr(kb) == "c"
     s.Free()
+    assert s == MPI.COMM_NULL
+    kp = MPI.Comm.Create_keyval(nopython=True)
+    with pytest.raises(TypeError):
+        d.Set_attr(kp, 3.5)
+    d.Set_attr(kp, -5)
+    assert d.Get_attr(kp) == 2 ** 64 - 5  # (a C pointer, as mpi4py reads it back)
     d.Free()
     with pytest.raises(NotImplementedError, match="Win.Allocate: RMA windows"):
         MPI.Win.Allocate(8, 1, MPI.INFO_NULL, W)

@@ -160,17 +160,7 @@ class Msg:
                 "emulated")
         a = np.empty(0, np.uint8) if buf is None else array_of(buf, name)  # (None: empty)
         if dtype is not None:
-            if isinstance(dtype, np.dtype):
-                dt = dtype
-            elif not isinstance(dtype, _MPI.Datatype):
-                raise InvalidArgumentError(
-                    f"{name}: expected an MPI datatype, got {type(dtype).__name__}")
-            elif not dtype.is_predefined:
-                raise NotImplementedError(
-                    f"{name}: derived datatypes are not emulated (only predefined ones, "
-                    f"e.g. MPI.FLOAT); got a derived datatype {dtype!r}")
-            else:
-                dt = to_numpy_dtype(dtype)
+            dt = dtype if isinstance(dtype, np.dtype) else predefined(dtype, name, "")
             b = a.view(np.uint8)
             if b.size % dt.itemsize:
                 raise InvalidArgumentError(
@@ -277,20 +267,27 @@ def w_blocks(spec, name, blocks: int, writeable: bool = False) -> tuple:
         raise InvalidArgumentError(f"{name}: expected {blocks} datatypes, got {len(types)}")
     out = []
     for k, (c, d, t) in enumerate(zip(counts, displs, types)):
-        if not isinstance(t, _MPI.Datatype):
-            raise InvalidArgumentError(
-                f"{name}: datatype {k} is not an MPI datatype ({type(t).__name__})")
-        if not t.is_predefined:
-            raise NotImplementedError(
-                f"{name}: derived datatypes are not emulated (only predefined ones, "
-                f"e.g. MPI.FLOAT); datatype {k} is {t!r}")
-        n = c * to_numpy_dtype(t).itemsize
+        n = c * predefined(t, name, f" {k}").itemsize
         if c < 0 or d < 0 or d + n > b.size:
             raise InvalidArgumentError(
                 f"{name}: block {k} ({c} elements at byte {d}) is outside the buffer's "
                 f"{b.size} bytes")
         out.append((d, n))
     return b, out
+
+
+def predefined(dtype, name, which) -> np.dtype:
+    """The numpy dtype of a predefined MPI datatype (``which``: " k" for a -w spec's
+    k-th); a derived one raises NotImplementedError, anything else
+    InvalidArgumentError."""
+    if not isinstance(dtype, _MPI.Datatype):
+        raise InvalidArgumentError(
+            f"{name}: expected an MPI datatype{which}, got {type(dtype).__name__}")
+    if not dtype.is_predefined:
+        raise NotImplementedError(
+            f"{name}: derived datatypes are not emulated (only predefined ones, e.g. "
+            f"MPI.FLOAT); got a derived datatype{which} {dtype!r}")
+    return to_numpy_dtype(dtype)
 
 
 def _per_process(v, blocks, name, what) -> list:

@@ -633,14 +633,18 @@ class Communicator:
         agreement = None
         try:
             if fp is not None:
-                if ran is not None or rows is None and plan.native is not None and (
-                        async_op or eng.solo()):
+                if ran is not None or plan.native is not None and (
+                        async_op and (rows is None or fp.size < FP_WORDS) or
+                        rows is None and eng.solo()):
                     # one compiled run: the agreement, then the data (async: the
                     # agent runs both while the program computes, also beside
                     # other calls in flight; a mismatch is raised by wait(), still
-                    # before any data moved)
+                    # before any data moved). An async all-to-all-v's share of the
+                    # pairwise count check rides past its fingerprint's fields, as
+                    # a blocking one's lone run carries it.
+                    fpv = fp if ran is not None or rows is None else np.append(fp, share)
                     agreement = self._control.board_agreement(
-                        fp, op, seq, deadline,
+                        fpv, op, seq, deadline,
                         lambda: self._agreement_timeout(op, seq, seconds), behind=async_op)
                 if agreement is None:
                     self._exchange(fp, op, timeout, rows, share)

@@ -99,8 +99,8 @@ def _first_done(requests, active) -> int:
 class Request:
     """A request of an I-call. The non-blocking collectives (Iallreduce, Ireduce,
     Ireduce_scatter_block, Iscan, Iexscan, Ibcast, Iallgather, Iallgatherv,
-    Ialltoall, Ialltoallv and Ialltoallw after their counts' agreement at the
-    call, Igather, Iscatter; reductions on the datatypes the
+    Ialltoall, Ialltoallv, Ialltoallw, Igather, Iscatter; reductions on the
+    datatypes the
     kernels carry) are in flight: the rank's agent moves them while the program
     computes, ``Test`` says whether they are done without blocking, ``Wait``
     finishes them (raising their error; the -v forms place the result in

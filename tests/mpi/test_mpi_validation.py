@@ -380,6 +380,40 @@ def test_all_to_all_v_counts_that_disagree_between_ranks_fail_every_rank(comm):
 
 
 @pytest.mark.mpi(min_size=2)
+def test_an_async_all_to_all_v_is_in_flight_and_its_count_mismatch_is_raised_by_wait(comm):
+    """An async all_to_all_v returns before the other members have called it (its
+    agreement, with the pairwise count check, is run by the agent: rank 1 calls it
+    only after a point-to-point message that rank 0 sends after its own call, as
+    an MPI program may; it agreed at the call before, and both waited out the
+    deadline); counts that disagree fail wait() on every rank, naming send_counts
+    and recv_counts, with nothing moved."""
+    sub = _fresh(comm)
+    if not sub._control.on_board:
+        pytest.skip("agreements routed (over MPI or across domains): an async call "
+                    "agrees at the call there")
+    n, me = sub.size, sub.rank
+    x = np.full(2 * n, me, np.float32)
+    token = np.zeros(1, np.int64)
+    if me == 1:
+        sub.recv(token, 0, timeout=20)
+    h = sub.all_to_all_v(x, [2] * n, [2] * n, async_op=True, timeout=20)
+    if me == 0:
+        sub.send(np.ones(1, np.int64), 1, timeout=20)
+    got = h.wait()
+    assert_same(got, np.repeat(np.arange(n, dtype=np.float32), 2), "async all_to_all_v")
+    send = [1] * n
+    if me == 0:
+        send[1] = 2
+    y = np.arange(sum(send), dtype=np.float32)
+    out = np.full(n, -1.0, np.float32)
+    ledger = settled_bytes(comm)
+    with pytest.raises(nm.CollectiveMismatchError, match="send_counts and recv_counts"):
+        sub.all_to_all_v(y, send, [1] * n, out=out, async_op=True, timeout=60).wait()
+    assert settled_bytes(comm, barrier=False) == ledger
+    assert_same(out, np.full(n, -1.0, np.float32), "out written by a refused call")
+
+
+@pytest.mark.mpi(min_size=2)
 def test_strict_groups_refused_on_every_rank(comm):
     if not comm.strict:
         pytest.skip("non-strict world")

@@ -563,9 +563,9 @@ def test_persistent_collectives():
 
 
 def test_alltoallw_with_a_datatype_per_rank():
-    """Alltoallw (and Ialltoallw, Alltoallw_init): rank j's block in a datatype of
-    its own, at displacements in bytes; IN_PLACE; a wrong number of datatypes on
-    one rank fails every rank; a derived datatype is refused."""
+    """Alltoallw (and Ialltoallw, in flight, and Alltoallw_init): rank j's block in
+    a datatype of its own, at displacements in bytes; IN_PLACE; a wrong number of
+    datatypes on one rank fails every rank; a derived datatype is refused."""
     types = [MPI.INT32_T if j % 2 else MPI.DOUBLE for j in range(N)]
     npt = [np.int32 if j % 2 else np.float64 for j in range(N)]
     size = [np.dtype(t).itemsize for t in npt]
@@ -582,9 +582,16 @@ def test_alltoallw_with_a_datatype_per_rank():
     for j in range(N):
         got = rbuf[rdispls[j]:rdispls[j] + 2 * size[R]].view(npt[R])
         assert got.tolist() == [10 * j + R] * 2
+    # in flight (where agreements are on a board): rank 1 calls it only after a
+    # message rank 0 sends after its own call
     again = np.zeros(16 * N, np.uint8)
+    on_board = W.communicator._control.on_board
+    if R == 1 and on_board:
+        W.Recv(np.zeros(1), 0, tag=31)
     q = W.Ialltoallw([sbuf, (counts, displs), types], [again, counts, rdispls,
                                                         [types[R]] * N])
+    if R == 0 and N > 1 and on_board:
+        W.Send(np.zeros(1), 1, tag=31)
     q.Wait()
     assert np.array_equal(again, rbuf)
     inplace = np.zeros(4 * N, np.uint8)

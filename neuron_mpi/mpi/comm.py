@@ -833,7 +833,9 @@ class Distgraphcomm(_DistGraph, Comm):
 # (a buffer error one rank finds fails the others' all-to-all-v too)
 for _cls, _base in ((Cartcomm, _Grid), (Graphcomm, _Graph), (Distgraphcomm, _DistGraph)):
     for _name in ("Neighbor_allgather", "Neighbor_alltoall", "Neighbor_allgatherv",
-                  "Neighbor_alltoallv", "Neighbor_alltoallw"):
+                  "Neighbor_alltoallv", "Neighbor_alltoallw", "Ineighbor_allgather",
+                  "Ineighbor_alltoall", "Ineighbor_allgatherv", "Ineighbor_alltoallv",
+                  "Ineighbor_alltoallw"):
         setattr(_cls, _name, _agreed(getattr(_base, _name)))
 del _cls, _base, _name
 

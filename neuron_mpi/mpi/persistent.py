@@ -33,7 +33,8 @@ def persistent(icall):
     sig = inspect.signature(icall)
     params = list(sig.parameters.values())
     init_sig = sig.replace(parameters=params + [_INFO], return_annotation="Prequest")
-    name = icall.__name__[1].upper() + icall.__name__[2:] + "_init"
+    name_i = icall.__name__
+    name = name_i[1].upper() + name_i[2:] + "_init"
 
     def init(self, *args, **kwargs):
         self._live()  # (MPI.Exception(ERR_COMM) on a null or freed communicator)
@@ -50,7 +51,7 @@ def persistent(icall):
                                _MPI.ERR_ROOT)
 
         def start(req):
-            r = icall(self, **call)
+            r = getattr(self, name_i)(**call)  # (a subclass's own: its argument checks)
             req._handle = r._handle  # (None once done: Test finds it done)
             return r._run
         req = Prequest(start)

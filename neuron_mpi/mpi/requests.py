@@ -99,9 +99,8 @@ def _first_done(requests, active) -> int:
 class Request:
     """A request of an I-call. The non-blocking collectives (Iallreduce, Ireduce,
     Ireduce_scatter_block, Iscan, Iexscan, Ibcast, Iallgather, Iallgatherv,
-    Ialltoall, Ialltoallv, Ialltoallw, Igather, Iscatter; reductions on the
-    datatypes the
-    kernels carry) are in flight: the rank's agent moves them while the program
+    Ialltoall, Ialltoallv, Ialltoallw, Igather, Iscatter, the Ineighbor_* forms;
+    reductions on the datatypes the kernels carry) are in flight: the rank's agent moves them while the program
     computes, ``Test`` says whether they are done without blocking, ``Wait``
     finishes them (raising their error; the -v forms place the result in
     ``recvbuf`` then). The other I-calls complete at the call (the Request is
@@ -484,6 +483,8 @@ def started(h, then=None) -> Request:
     ``then``: what Wait does with the call's result (place it in recvbuf)."""
     from ..comm import Handle
 
-    if not isinstance(h, Handle):
+    if not isinstance(h, Handle):  # (done at the call: its result placed now)
+        if then is not None:
+            then(h)
         return done()
     return Request._new(h.wait if then is None else lambda: then(h.wait()), h)

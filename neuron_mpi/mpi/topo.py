@@ -20,7 +20,7 @@ from ..errors import InvalidArgumentError
 from .buffers import Msg, as_bytes, w_blocks
 from .objects import loads, split_pickles
 from .persistent import NEIGHBOURHOOD, add_persistent
-from .requests import done, not_emulated
+from .requests import not_emulated, started
 
 
 def grid_args(dims, periods, size: int) -> tuple:
@@ -87,32 +87,41 @@ class _Neighbourhood:
     def degrees(self) -> tuple:
         return self.indegree, self.outdegree
 
+    # Each neighbourhood collective on buffers is one all-to-all-v of the
+    # communicator: its _x form returns (the call's result, or its Handle in flight;
+    # what places the bytes received in recvbuf). The blocking form places them at
+    # once, the I form at Wait (and the persistent form, whose Start is the I form).
     def Neighbor_allgather(self, sendbuf, recvbuf) -> None:
         """Every in-neighbour's ``sendbuf`` into ``recvbuf``, block k from in-neighbour
         k (``recvbuf``'s count is per neighbour, as mpi4py reads it); a block of
         MPI.PROC_NULL is left as it was."""
+        _now(*self._allgather_n(sendbuf, recvbuf, False))
+
+    def _allgather_n(self, sendbuf, recvbuf, async_op):
         sources, dests = self._inout()
         x = Msg(sendbuf, "sendbuf").elems()
         r = Msg(recvbuf, "recvbuf")
-        self._exchange([x] * len(dests), x, r, r.block(len(sources)) if sources else 0)
+        return self._exchange([x] * len(dests), x, r, r.block(len(sources)) if sources else 0,
+                              async_op)
 
     def Neighbor_alltoall(self, sendbuf, recvbuf) -> None:
         """Block k of ``sendbuf`` to out-neighbour k, block k of ``recvbuf`` from
         in-neighbour k (counts per neighbour, as mpi4py reads them); a block of
         MPI.PROC_NULL is left as it was."""
+        _now(*self._alltoall_n(sendbuf, recvbuf, False))
+
+    def _alltoall_n(self, sendbuf, recvbuf, async_op):
         sources, dests = self._inout()
         s = Msg(sendbuf, "sendbuf")
         r = Msg(recvbuf, "recvbuf")
         b = s.block(len(dests)) if dests else 0
-        self._exchange([s.a[j * b:(j + 1) * b] for j in range(len(dests))], s.a[:b], r,
-                       r.block(len(sources)) if sources else 0)
+        return self._exchange([s.a[j * b:(j + 1) * b] for j in range(len(dests))], s.a[:b],
+                              r, r.block(len(sources)) if sources else 0, async_op)
 
-    def _exchange(self, blocks, sent, r, slot) -> None:
+    def _exchange(self, blocks, sent, r, slot, async_op):
         """Send ``blocks[k]`` to out-neighbour k and receive in-neighbour j's into
-        block j (``slot`` elements each) of ``r`` (a Msg): one all-to-all-v of the
-        communicator (every member calls it, with or without neighbours), each
-        destination's blocks in the order of their k; ``sent`` is a block as sent
-        (its datatype and size checked against ``r``)."""
+        block j (``slot`` elements each) of ``r`` (a Msg), through _swap; ``sent`` is
+        a block as sent (its datatype and size checked against ``r``)."""
         out = r.a
         sources, dests = self._inout()
         _receivable(sent, out)
@@ -126,14 +135,15 @@ class _Neighbourhood:
         # each source sends its blocks as large as this rank's (no out-neighbours:
         # as the receive's blocks)
         m = sent.size if dests else slot
-        self._swap([as_bytes(b) for b in blocks], out, [m] * len(sources),
-                   [j * slot for j in range(len(sources))])
+        return self._swap([as_bytes(b) for b in blocks], out, [m] * len(sources),
+                          [j * slot for j in range(len(sources))], async_op)
 
-    def _swap(self, parts, out, counts, displs) -> None:
+    def _swap(self, parts, out, counts, displs, async_op):
         """Send ``parts[k]`` (bytes) to out-neighbour k and receive ``counts[j]``
         elements from in-neighbour j into ``out[displs[j]:]``: one all-to-all-v of
         the communicator (every member calls it, with or without neighbours), each
-        destination's blocks in the order of their k; nothing from MPI.PROC_NULL."""
+        destination's blocks in the order of their k; nothing from MPI.PROC_NULL.
+        Returns (the all-to-all-v's result or Handle, what places it in ``out``)."""
         sources, dests = self._inout()
         n = self.Get_size()
         send_counts = [0] * n
@@ -150,45 +160,58 @@ class _Neighbourhood:
                 order.setdefault(src, []).append((self._sent_as(j), j))
                 recv_counts[src] += counts[j] * out.itemsize
         x = np.concatenate(ordered) if ordered else np.empty(0, np.uint8)
-        got = self._c.all_to_all_v(x, send_counts, recv_counts).view(out.dtype)
-        offset = 0
-        for src in range(n):
-            for _, j in sorted(order.get(src, ())):
-                out[displs[j]:displs[j] + counts[j]] = got[offset:offset + counts[j]]
-                offset += counts[j]
+
+        def place(got):
+            got = got.view(out.dtype)
+            offset = 0
+            for src in range(n):
+                for _, j in sorted(order.get(src, ())):
+                    out[displs[j]:displs[j] + counts[j]] = got[offset:offset + counts[j]]
+                    offset += counts[j]
+        return self._c.all_to_all_v(x, send_counts, recv_counts, async_op=async_op), place
 
     def Neighbor_allgatherv(self, sendbuf, recvbuf) -> None:
         """Every in-neighbour's ``sendbuf`` into ``recvbuf``'s block j (a -v spec:
         count and displacement per in-neighbour, as mpi4py reads them); a block of
         MPI.PROC_NULL is left as it was."""
+        _now(*self._allgatherv_n(sendbuf, recvbuf, False))
+
+    def _allgatherv_n(self, sendbuf, recvbuf, async_op):
         sources, dests = self._inout()
         x = Msg(sendbuf, "sendbuf").elems()
         r = Msg(recvbuf, "recvbuf", vector=True)
         counts, displs = _per_neighbour(r, len(sources))
         _receivable(x, r.a)
-        self._swap([as_bytes(x)] * len(dests), r.a, counts, displs)
+        return self._swap([as_bytes(x)] * len(dests), r.a, counts, displs, async_op)
 
     def Neighbor_alltoallv(self, sendbuf, recvbuf) -> None:
         """``sendbuf``'s block k to out-neighbour k, in-neighbour j's into
         ``recvbuf``'s block j (-v specs: count and displacement per neighbour); a
         block of MPI.PROC_NULL is left as it was."""
+        _now(*self._alltoallv_n(sendbuf, recvbuf, False))
+
+    def _alltoallv_n(self, sendbuf, recvbuf, async_op):
         sources, dests = self._inout()
         s = Msg(sendbuf, "sendbuf", vector=True)
         sc, sd = _per_neighbour(s, len(dests))
         r = Msg(recvbuf, "recvbuf", vector=True)
         rc, rd = _per_neighbour(r, len(sources))
         _receivable(s.a, r.a)
-        self._swap([as_bytes(s.a[d:d + k]) for k, d in zip(sc, sd)], r.a, rc, rd)
+        return self._swap([as_bytes(s.a[d:d + k]) for k, d in zip(sc, sd)], r.a, rc, rd,
+                          async_op)
 
     def Neighbor_alltoallw(self, sendbuf, recvbuf) -> None:
         """Neighbor_alltoallv with a datatype per neighbour and displacements in
         bytes (mpi4py's -w specs, predefined datatypes); a block of MPI.PROC_NULL
         is left as it was."""
+        _now(*self._alltoallw_n(sendbuf, recvbuf, False))
+
+    def _alltoallw_n(self, sendbuf, recvbuf, async_op):
         sources, dests = self._inout()
         sb, sblocks = w_blocks(sendbuf, "sendbuf", len(dests))
         rb, rblocks = w_blocks(recvbuf, "recvbuf", len(sources), writeable=True)
-        self._swap([sb[o:o + n] for o, n in sblocks], rb, [n for _, n in rblocks],
-                   [o for o, _ in rblocks])
+        return self._swap([sb[o:o + n] for o, n in sblocks], rb, [n for _, n in rblocks],
+                          [o for o, _ in rblocks], async_op)
 
     def neighbor_allgather(self, sendobj) -> list:
         """Every in-neighbour's ``sendobj`` (pickled, as mpi4py's), a list in
@@ -231,32 +254,32 @@ class _Neighbourhood:
         return got
 
     def Ineighbor_allgather(self, sendbuf, recvbuf):
-        """Neighbor_allgather, completed at the call; returns a done Request."""
-        self.Neighbor_allgather(sendbuf, recvbuf)
-        return done()
+        """Neighbor_allgather in flight (its recvbuf written at Wait)."""
+        return started(*self._allgather_n(sendbuf, recvbuf, True))
 
     def Ineighbor_alltoall(self, sendbuf, recvbuf):
-        """Neighbor_alltoall, completed at the call; returns a done Request."""
-        self.Neighbor_alltoall(sendbuf, recvbuf)
-        return done()
+        """Neighbor_alltoall in flight (its recvbuf written at Wait)."""
+        return started(*self._alltoall_n(sendbuf, recvbuf, True))
 
     def Ineighbor_allgatherv(self, sendbuf, recvbuf):
-        """Neighbor_allgatherv, completed at the call; returns a done Request."""
-        self.Neighbor_allgatherv(sendbuf, recvbuf)
-        return done()
+        """Neighbor_allgatherv in flight (its recvbuf written at Wait)."""
+        return started(*self._allgatherv_n(sendbuf, recvbuf, True))
 
     def Ineighbor_alltoallv(self, sendbuf, recvbuf):
-        """Neighbor_alltoallv, completed at the call; returns a done Request."""
-        self.Neighbor_alltoallv(sendbuf, recvbuf)
-        return done()
+        """Neighbor_alltoallv in flight (its recvbuf written at Wait)."""
+        return started(*self._alltoallv_n(sendbuf, recvbuf, True))
 
     def Ineighbor_alltoallw(self, sendbuf, recvbuf):
-        """Neighbor_alltoallw, completed at the call; returns a done Request."""
-        self.Neighbor_alltoallw(sendbuf, recvbuf)
-        return done()
+        """Neighbor_alltoallw in flight (its recvbuf written at Wait)."""
+        return started(*self._alltoallw_n(sendbuf, recvbuf, True))
 
 
 add_persistent(_Neighbourhood, NEIGHBOURHOOD)
+
+
+def _now(result, place) -> None:
+    """A blocking neighbourhood collective's end: its bytes placed."""
+    place(result)
 
 
 def _per_neighbour(m: Msg, n: int) -> tuple:

@@ -553,10 +553,17 @@ def test_persistent_collectives():
     q.Free()
     with pytest.raises(TypeError, match="info"):
         W.Barrier_init(info="hints")
+    # in flight (where agreements are on a board): rank 1 starts it only after a
+    # message rank 0 sends after its own Start
     grid = W.Create_cart([N], periods=[True])
     got = np.full(2, -1, np.int32)
     q = grid.Neighbor_allgather_init(np.array([R], np.int32), got)
+    on_board = W.communicator._control.on_board
+    if R == 1 and on_board:
+        W.Recv(np.zeros(1), 0, tag=32)
     q.Start()
+    if R == 0 and N > 1 and on_board:
+        W.Send(np.zeros(1), 1, tag=32)
     q.Wait()
     assert got.tolist() == [(R - 1) % N, (R + 1) % N]
     grid.Free()

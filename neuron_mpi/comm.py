@@ -634,14 +634,14 @@ class Communicator:
         try:
             if fp is not None:
                 if ran is not None or plan.native is not None and (
-                        async_op and (rows is None or fp.size < FP_WORDS) or
-                        rows is None and eng.solo()):
+                        async_op or rows is None and eng.solo()):
                     # one compiled run: the agreement, then the data (async: the
                     # agent runs both while the program computes, also beside
                     # other calls in flight; a mismatch is raised by wait(), still
                     # before any data moved). An async all-to-all-v's share of the
                     # pairwise count check rides past its fingerprint's fields, as
-                    # a blocking one's lone run carries it.
+                    # a blocking one's lone run carries it (a vector too long for the
+                    # board: no board agreement, the exchange below).
                     fpv = fp if ran is not None or rows is None else np.append(fp, share)
                     agreement = self._control.board_agreement(
                         fpv, op, seq, deadline,

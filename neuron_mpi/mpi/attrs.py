@@ -41,8 +41,7 @@ _WORLD_ONLY = (None, None, True)  # (LASTUSEDCODE: not copied, as over Open MPI)
 _REAL = object()  # (a predefined attribute's value: the real COMM_WORLD's now)
 
 
-def _predefined_keyvals() -> set:
-    return {getattr(_MPI, n) for n in _PREDEFINED if hasattr(_MPI, n)}
+_PREDEFINED_KEYVALS = frozenset(getattr(_MPI, n) for n in _PREDEFINED if hasattr(_MPI, n))
 
 
 def seed_predefined(comm) -> None:
@@ -80,6 +79,15 @@ def _call(fn, comm, keyval, value):
     except Exception as e:
         traceback.print_exc(file=sys.stderr)
         raise _MPI.Exception(_MPI.ERR_OTHER) from e
+
+
+def _quietly(fn, *args) -> None:
+    """``fn(*args)``, a callback whose MPI.Exception (its traceback already printed
+    by _call) goes no further: Set_attr over a value, Free."""
+    try:
+        fn(*args)
+    except _MPI.Exception:
+        pass
 
 
 class Attributes:
@@ -120,7 +128,7 @@ class Attributes:
         if keyval == _MPI.KEYVAL_INVALID:
             raise _MPI.Exception(_MPI.ERR_KEYVAL)
         if keyval not in _KEYVALS and keyval not in _FREED and \
-                keyval not in _predefined_keyvals():
+                keyval not in _PREDEFINED_KEYVALS:
             raise _MPI.Exception(_MPI.ERR_OTHER)
         return None
 
@@ -135,15 +143,14 @@ class Attributes:
         old = attrs.pop(keyval, None)  # (set again: the last set, for Free's order)
         attrs[keyval] = (attrval, state)
         if old is not None and old[1][1] is not None:  # (the old value's delete_fn: if
-            try:  # it raises, its traceback is printed and the new value stays, as
-                _call(old[1][1], self, keyval, old[0])  # over Open MPI)
-            except _MPI.Exception:
-                pass
+            # it raises, its traceback is printed and the new value stays, as over
+            # Open MPI)
+            _quietly(_call, old[1][1], self, keyval, old[0])
 
     def Delete_attr(self, keyval) -> None:
         attrs = self._attrs()
         keyval = int(keyval)
-        if keyval not in attrs or keyval in _predefined_keyvals():
+        if keyval not in attrs or keyval in _PREDEFINED_KEYVALS:
             raise _MPI.Exception(_MPI.ERR_OTHER)
         self._delete(keyval, attrs)
 
@@ -176,7 +183,4 @@ class Attributes:
         communicator is freed all the same, as over Open MPI."""
         attrs = _ATTRS.get(self._c)
         for keyval in reversed(list(attrs or ())):
-            try:
-                self._delete(keyval, attrs)
-            except _MPI.Exception:
-                pass
+            _quietly(self._delete, keyval, attrs)

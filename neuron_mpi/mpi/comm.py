@@ -16,7 +16,7 @@ from .attrs import Attributes
 from .buffers import Msg, as_bytes, is_in_place, place, real_parts, w_blocks
 from .objects import Objects
 from .p2p import PointToPoint
-from .persistent import COLLECTIVES, add_persistent
+from .persistent import COLLECTIVES, NEIGHBOURHOOD, add_persistent
 from .requests import MPIError, Request, done, not_emulated, started
 from .topo import Cartcomm as _Grid
 from .topo import Distgraphcomm as _DistGraph
@@ -119,7 +119,7 @@ class Comm(Objects, PointToPoint, Attributes):
     def _live(self) -> None:
         """MPI.Exception(MPI.ERR_COMM) on a null or freed communicator, as mpi4py's."""
         if self._null():
-            raise MPIError("comm: a null or freed communicator (MPI.COMM_NULL)", _MPI.ERR_COMM)
+            raise _comm_null()
 
     def _null(self) -> bool:
         """Null (MPI.Comm()) or freed: equal to MPI.COMM_NULL, false."""
@@ -830,12 +830,10 @@ class Distgraphcomm(_DistGraph, Comm):
     Create_dist_graph_adjacent; neuron_mpi.mpi.topo)."""
 
 
-# (a buffer error one rank finds fails the others' all-to-all-v too)
+# (a buffer error one rank finds fails the others' all-to-all-v too): the
+# neighbourhood collectives on buffers, each I form and its blocking one
 for _cls, _base in ((Cartcomm, _Grid), (Graphcomm, _Graph), (Distgraphcomm, _DistGraph)):
-    for _name in ("Neighbor_allgather", "Neighbor_alltoall", "Neighbor_allgatherv",
-                  "Neighbor_alltoallv", "Neighbor_alltoallw", "Ineighbor_allgather",
-                  "Ineighbor_alltoall", "Ineighbor_allgatherv", "Ineighbor_alltoallv",
-                  "Ineighbor_alltoallw"):
+    for _name in NEIGHBOURHOOD + tuple(n[1].upper() + n[2:] for n in NEIGHBOURHOOD):
         setattr(_cls, _name, _agreed(getattr(_base, _name)))
 del _cls, _base, _name
 
@@ -850,6 +848,10 @@ def _named(key: str, same: bool) -> Comm:
     return c if same else Comm(c)
 
 
+def _comm_null() -> MPIError:
+    return MPIError("comm: a null or freed communicator (MPI.COMM_NULL)", _MPI.ERR_COMM)
+
+
 class _FreedCommunicator:
     def __getattr__(self, name):
-        raise MPIError("comm: a null or freed communicator (MPI.COMM_NULL)", _MPI.ERR_COMM)
+        raise _comm_null()

@@ -60,8 +60,8 @@ def persistent(icall):
 
     init.__name__ = init.__qualname__ = name
     init.__signature__ = init_sig
-    init.__doc__ = (f"Persistent {icall.__name__[1:]}: a Prequest whose each Start "
-                    f"makes ``{icall.__name__}`` with these arguments (the buffers as "
+    init.__doc__ = (f"Persistent {name_i[1:]}: a Prequest whose each Start "
+                    f"makes ``{name_i}`` with these arguments (the buffers as "
                     "they are then). neuron_mpi.mpi.persistent.")
     return init
 

@@ -44,9 +44,10 @@ def persistent(icall):
             raise TypeError(f"info: expected an MPI.Info, got {type(info).__name__}")
         call = dict(bound.arguments)
         del call[params[0].name]  # (self)
-        if "root" in call:  # (at init, as mpi4py's over Open MPI: MPI_ERR_ROOT)
+        if "root" in call:  # (at init, as mpi4py's over Open MPI: MPI_ERR_ROOT; an
+            # int or a NumPy integer, as the I calls and mpi4py take it)
             root, size = call["root"], self.Get_size()
-            if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < size:
+            if not hasattr(root, "__index__") or not 0 <= root.__index__() < size:
                 raise MPIError(f"root: expected a rank in [0, {size}), got {root!r}",
                                _MPI.ERR_ROOT)
 

@@ -526,6 +526,12 @@ def test_persistent_collectives():
     with pytest.raises(MPI.Exception) as e:  # (a root out of range: at init)
         W.Bcast_init(np.zeros(1), root=N)
     assert e.value.Get_error_class() == MPI.ERR_ROOT
+    b = np.arange(3.0) if R == 0 else np.zeros(3)
+    q = W.Bcast_init(b, root=np.int64(0))  # (a NumPy integer root, as mpi4py takes)
+    q.Start()
+    q.Wait()
+    q.Free()
+    assert b.tolist() == [0.0, 1.0, 2.0]
     # the rooted, -v, scan and barrier forms, with the keyword names of mpi4py
     b = np.arange(4.0) if R == N - 1 else np.zeros(4)
     counts = [r + 1 for r in range(N)]

@@ -8,6 +8,7 @@ import numpy as np
 from mpi4py import MPI as _MPI
 
 from .. import kernels
+from .. import validate as V
 from ..comm import Communicator
 from ..kernels.reference import UFUNCS as _UFUNC
 from ..errors import InvalidArgumentError
@@ -483,6 +484,11 @@ class Comm(Objects, PointToPoint, Attributes):
 
     @_agreed
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_MPI.SUM) -> None:
+        self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, False)
+
+    def _reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, async_op):
+        """Without ``recvcounts``, the members' recvbuf sizes, learnt at the call by
+        an all-gather (as mpi4py does, for Ireduce_scatter too)."""
         c = self._c
         r = Msg(recvbuf, "recvbuf")
         if recvcounts is None:
@@ -495,11 +501,11 @@ class Comm(Objects, PointToPoint, Attributes):
         total = sum(counts)
         if is_in_place(sendbuf):
             x = r.a[:total].copy()
-            out = r.a[:counts[c.rank]]
         else:
             x = Msg(sendbuf, "sendbuf").a[:total]
-            out = r.a[:counts[c.rank]]
-        self._reduce_into("reduce_scatter", x, out, _op_name(op), counts=counts)
+        out = r.a[:counts[c.rank]]
+        return self._reduce_into("reduce_scatter", x, out, _op_name(op), counts=counts,
+                                 async_op=async_op)
 
     @_agreed
     def Scan(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
@@ -580,6 +586,7 @@ class Comm(Objects, PointToPoint, Attributes):
             counts, displs = r.v(c.size)
             x = r.a[displs[root]:displs[root] + counts[root]].copy() \
                 if is_in_place(sendbuf) else Msg(sendbuf, "sendbuf").elems()
+            self._check_dtype(x, r.a, "recvbuf")
             it = x.itemsize
             mine = np.array([x.nbytes], np.int64)
         else:
@@ -593,6 +600,29 @@ class Comm(Objects, PointToPoint, Attributes):
         res = c.gather(as_bytes(x), root, counts=nbytes)
         if c.rank == root:
             place(r.a, res.view(r.a.dtype), counts, displs)
+
+    def _igatherv(self, sendbuf, recvbuf, root):
+        """Igatherv in flight: an async all-to-all-v of the counts each member knows
+        itself (the root its recvbuf's, a sender its sendbuf's), checked pairwise by
+        the call's agreement; (its Handle or result, what places it in recvbuf)."""
+        c = self._c
+        root = V.rank(root, c.size, "root")
+        n = c.size
+        send, recv = [0] * n, [0] * n
+        if c.rank == root:
+            r = Msg(recvbuf, "recvbuf", vector=True)
+            counts, displs = r.v(n)
+            x = r.a[displs[root]:displs[root] + counts[root]].copy() \
+                if is_in_place(sendbuf) else Msg(sendbuf, "sendbuf").elems()
+            self._check_dtype(x, r.a, "recvbuf")
+            recv = [k * x.itemsize for k in counts]
+        else:
+            x = Msg(sendbuf, "sendbuf").elems()
+        send[root] = x.nbytes
+        h = c.all_to_all_v(as_bytes(x), send, recv, async_op=True)
+        if c.rank != root:
+            return h, None
+        return h, lambda res: place(r.a, res.view(r.a.dtype), counts, displs)
 
     @_agreed
     def Scatter(self, sendbuf, recvbuf, root=0) -> None:
@@ -626,6 +656,8 @@ class Comm(Objects, PointToPoint, Attributes):
         # (in place, the root's own block stays in sendbuf: its size is its count's)
         out = s.a[displs[root]:displs[root] + counts[root]].copy() if mine_in_place else \
             Msg(recvbuf, "recvbuf").elems()
+        if c.rank == root:
+            self._check_dtype(s.a, out, "recvbuf")
         nbytes = [int(v) for v in c.all_gather(np.array([out.nbytes], np.int64)).tolist()]
         x = None
         if c.rank == root:
@@ -635,6 +667,33 @@ class Comm(Objects, PointToPoint, Attributes):
                     f"sendbuf: counts {counts} do not match the receive buffers "
                     f"({[b // it for b in nbytes]} elements)")
         c.scatter(x, as_bytes(out), root, counts=nbytes)
+
+    def _iscatterv(self, sendbuf, recvbuf, root):
+        """Iscatterv in flight: an async all-to-all-v of the counts each member knows
+        itself (the root its sendbuf's, a receiver its recvbuf's), checked pairwise
+        by the call's agreement; its Handle or result (the bytes land in recvbuf;
+        in place, the root's own block stays in sendbuf)."""
+        c = self._c
+        root = V.rank(root, c.size, "root")
+        n = c.size
+        send, recv = [0] * n, [0] * n
+        if c.rank == root:
+            s = Msg(sendbuf, "sendbuf", vector=True)
+            counts, displs = s.v(n)
+            it = s.a.itemsize
+            send = [k * it for k in counts]
+            if is_in_place(recvbuf):
+                send[root] = 0
+                out = np.empty(0, s.a.dtype)
+            else:
+                out = Msg(recvbuf, "recvbuf").elems()
+                self._check_dtype(s.a, out, "recvbuf")
+            x = np.concatenate([as_bytes(s.a[d:d + b // it]) for b, d in zip(send, displs)])
+        else:
+            out = Msg(recvbuf, "recvbuf").elems()
+            x = np.empty(0, np.uint8)
+        recv[root] = out.nbytes
+        return c.all_to_all_v(x, send, recv, out=as_bytes(out), async_op=True)
 
     @_agreed
     def Alltoall(self, sendbuf, recvbuf) -> None:
@@ -750,20 +809,19 @@ class Comm(Objects, PointToPoint, Attributes):
     def Ialltoallw(self, sendbuf, recvbuf) -> Request:
         return started(*self._alltoallw(sendbuf, recvbuf, True))
 
-    # the other non-blocking collectives complete at the call
-    def _now(method):
-        def run(self, *args, **kwargs):
-            method(self, *args, **kwargs)
-            return done()
-        run.__name__ = "I" + method.__name__[0].lower() + method.__name__[1:]
-        run.__wrapped__ = method  # (its signature: the persistent form's)
-        run.__doc__ = f"{method.__name__}, completed at the call; returns a done Request."
-        return run
+    @_agreed
+    def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_MPI.SUM) -> Request:
+        """In flight; without ``recvcounts``, the members' recvbuf sizes are learnt at
+        the call first (as mpi4py does)."""
+        return started(self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, True))
 
-    Ireduce_scatter = _now(Reduce_scatter)
-    Igatherv = _now(Gatherv)
-    Iscatterv = _now(Scatterv)
-    del _now
+    @_agreed
+    def Igatherv(self, sendbuf, recvbuf, root=0) -> Request:
+        return started(*self._igatherv(sendbuf, recvbuf, root))
+
+    @_agreed
+    def Iscatterv(self, sendbuf, recvbuf, root=0) -> Request:
+        return started(self._iscatterv(sendbuf, recvbuf, root))
 
     # --- helpers -------------------------------------------------------------------------
     def _check_dtype(self, x, out, name):

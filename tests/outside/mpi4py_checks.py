@@ -49,6 +49,67 @@ def test_v_forms():
                                                 for s in range(N)]))
 
 
+def test_rooted_v_forms_in_flight():
+    """Igatherv, Iscatterv and Ireduce_scatter (and Gatherv_init) are in flight
+    where agreements are on a board: rank 1 calls each only after a message that
+    rank 0 sends after its own call, as an MPI program may (they exchanged counts
+    at the call before, and waited out the deadline). In place at the root; counts
+    that disagree (a sender's and the root's) fail every rank's Wait (its call
+    where agreements are routed), nothing written."""
+    counts = [r % 3 + 1 for r in range(N)]
+    displs = [int(d) for d in np.cumsum([0] + counts[:-1])]
+    want = np.concatenate([np.full(k, r, np.float64) for r, k in enumerate(counts)])
+    mine = slice(displs[R], displs[R] + counts[R])
+    on_board = W.communicator._control.on_board
+    root = N - 1
+    g = np.full(sum(counts), -1.0)
+    back = np.full(counts[R], -1.0)
+    rs = np.full(counts[R], -1, np.int64)
+    p = W.Gatherv_init(np.full(counts[R], R, np.float64),
+                       [g, counts, displs, MPI.DOUBLE] if R == 0 else None, root=0)
+    for tag, call in enumerate((
+            lambda: W.Igatherv(np.full(counts[R], R, np.float64),
+                               [g, counts, displs, MPI.DOUBLE] if R == root else None,
+                               root=root),
+            lambda: W.Iscatterv([want, counts, displs, MPI.DOUBLE] if R == root else None,
+                                back, root=root),
+            lambda: W.Ireduce_scatter(np.arange(sum(counts), dtype=np.int64), rs, counts),
+            lambda: (p.Start(), p)[1])):
+        if R == 1 and on_board:
+            W.Recv(np.zeros(1), 0, tag=50 + tag)
+        q = call()
+        if R == 0 and N > 1 and on_board:
+            W.Send(np.zeros(1), 1, tag=50 + tag)
+        q.Wait()
+        if tag in (0, 3) and R == (root if tag == 0 else 0):
+            assert np.array_equal(g, want)
+            g[:] = -1
+    p.Free()
+    assert np.array_equal(back, want[mine])
+    assert np.array_equal(rs, np.arange(sum(counts), dtype=np.int64)[mine] * N)
+    # in place at the root: its own block stays where it is
+    g = want.copy() if R == root else None
+    W.Igatherv(MPI.IN_PLACE if R == root else np.full(counts[R], R, np.float64),
+               [g, counts, displs, MPI.DOUBLE] if R == root else None, root=root).Wait()
+    if R == root:
+        assert np.array_equal(g, want)
+    s = want.copy()
+    back[:] = -1
+    W.Iscatterv([s, counts, displs, MPI.DOUBLE] if R == root else None,
+                MPI.IN_PLACE if R == root else back, root=root).Wait()
+    assert np.array_equal(s, want)
+    if R != root:
+        assert np.array_equal(back, want[mine])
+    # a sender's count the root does not expect: every rank's Wait fails
+    if N > 1:
+        d = W.Dup()
+        g = np.full(2 * N, -1.0)
+        with pytest.raises(Exception, match="send_counts and recv_counts disagree"):
+            d.Igatherv(np.full(3 if R == 1 else 2, R, np.float64),
+                       [g, [2] * N, MPI.DOUBLE] if R == 0 else None, root=0).Wait()
+        assert (g == -1).all()
+
+
 def test_scan_and_reductions_on_array_array():
     a = array.array("i", [R + 1] * 3)
     b = array.array("i", [0] * 3)
@@ -62,10 +123,11 @@ def test_scan_and_reductions_on_array_array():
 
 def test_nonblocking_collectives_progress_while_the_rank_sleeps():
     """Iallreduce, Iallgather, Ialltoall, Ireduce_scatter_block, Ibcast,
-    Iallgatherv, Igather, Iscatter and Ialltoallv are in flight when they return: the rank's agent finishes them while the program
-    sleeps outside MPI, so Test is already true afterwards (without blocking);
-    Wait leaves the results in recvbuf. Test of one still in flight is False and
-    does not block, nor does Testall's."""
+    Iallgatherv, Igather, Iscatter, Ialltoallv, Igatherv, Iscatterv and
+    Ireduce_scatter are in flight when they return: the rank's agent finishes them
+    while the program sleeps outside MPI, so Test is already true afterwards
+    (without blocking); Wait leaves the results in recvbuf. Test of one still in
+    flight is False and does not block, nor does Testall's."""
     import time
 
     from neuron_mpi.comm import Handle
@@ -88,6 +150,11 @@ def test_nonblocking_collectives_progress_while_the_rank_sleeps():
     sc = [j + 1 for j in range(N)]
     av_in = np.concatenate([np.full(j + 1, 10 * R + j, np.int32) for j in range(N)])
     av_out = np.empty((R + 1) * N, np.int32)
+    gv_out = np.full(sum(counts), -1.0)
+    sv_in = np.arange(sum(counts), dtype=np.float64)
+    sv_out = np.full(counts[R], -1.0)
+    rv_in = np.arange(sum(counts), dtype=np.int64) * (R + 1)
+    rv_out = np.full(counts[R], -1, np.int64)
     W.Barrier()
     reqs = [W.Iallreduce(x, s_out, MPI.SUM), W.Iallgather(g_in, g_out),
             W.Ialltoall(a_in, a_out), W.Ireduce_scatter_block(rs_in, rs_out, MPI.SUM),
@@ -95,7 +162,12 @@ def test_nonblocking_collectives_progress_while_the_rank_sleeps():
             W.Iallgatherv(np.full(counts[R], R, np.float64), [v_out, counts, displs, MPI.DOUBLE]),
             W.Igather(np.full(2, R, np.int32), gat, root=N - 1),
             W.Iscatter(np.arange(2 * N, dtype=np.int64) if R == 0 else None, sca, root=0),
-            W.Ialltoallv([av_in, sc, MPI.INT], [av_out, [R + 1] * N, MPI.INT])]
+            W.Ialltoallv([av_in, sc, MPI.INT], [av_out, [R + 1] * N, MPI.INT]),
+            W.Igatherv(np.full(counts[R], R, np.float64),
+                       [gv_out, counts, displs, MPI.DOUBLE] if R == 0 else None, root=0),
+            W.Iscatterv([sv_in, counts, displs, MPI.DOUBLE] if R == N - 1 else None, sv_out,
+                        root=N - 1),
+            W.Ireduce_scatter(rv_in, rv_out, counts, MPI.SUM)]
     in_flight = all(isinstance(q._handle, Handle) for q in reqs)
     time.sleep(1.0)
     t0 = time.perf_counter()
@@ -117,6 +189,12 @@ def test_nonblocking_collectives_progress_while_the_rank_sleeps():
     assert np.array_equal(sca, np.arange(2 * R, 2 * R + 2, dtype=np.int64))
     assert np.array_equal(av_out, np.concatenate([np.full(R + 1, 10 * s + R, np.int32)
                                                   for s in range(N)]))
+    if R == 0:
+        assert np.array_equal(gv_out, v_out)
+    mine = slice(displs[R], displs[R] + counts[R])
+    assert np.array_equal(sv_out, sv_in[mine])
+    assert np.array_equal(rv_out, np.arange(sum(counts), dtype=np.int64)[mine] *
+                          (N * (N + 1) // 2))
     # one still in flight: rank 0 joins 1 s late
     y = np.full(8, R + 1, np.int64)
     out = np.empty(8, np.int64)
@@ -404,7 +482,8 @@ def test_bad_buffer_names_the_argument():
 
 def test_a_root_only_argument_error_fails_every_rank():
     """An error in arguments only the root reads (its send buffer of Scatter, its
-    counts of Scatterv / Gatherv) is raised on every rank before data moves: the
+    counts and datatypes of Scatterv / Gatherv, blocking or not; a root out of
+    range on one rank) is raised on every rank before data moves: the
     others' calls fail naming the root instead of waiting for it. After it the
     communicator works."""
     if N == 1:
@@ -427,6 +506,18 @@ def test_a_root_only_argument_error_fails_every_rank():
         ("sendbuf: counts must be integers",
          lambda: W.Scatterv([np.zeros(2 * N), [2.0] * N, MPI.DOUBLE] if R == root else None,
                             np.zeros(2), root=root)),
+        ("recvbuf: datatype float32 differs",
+         lambda: W.Gatherv(np.zeros(2), [np.zeros(2 * N, np.float32), [2] * N, MPI.FLOAT]
+                           if R == root else None, root=root)),
+        ("recvbuf: datatype float32 differs",
+         lambda: W.Scatterv([np.zeros(2 * N), [2] * N, MPI.DOUBLE] if R == root else None,
+                            np.zeros(2, np.float32), root=root)),
+        ("recvbuf: datatype float32 differs",
+         lambda: W.Iscatterv([np.zeros(2 * N), [2] * N, MPI.DOUBLE] if R == root else None,
+                             np.zeros(2, np.float32), root=root).Wait()),
+        ("root: expected an integer",
+         lambda: W.Igatherv(np.zeros(2), [np.zeros(2 * N), [2] * N, MPI.DOUBLE]
+                            if R == 0 else None, root=N if R == root else 0).Wait()),
     ]
     for mine, fn in cases:
         with pytest.raises(ValueError, match=mine if R == root else theirs):

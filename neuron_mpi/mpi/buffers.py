@@ -15,14 +15,6 @@ def is_in_place(spec) -> bool:
     return spec is _MPI.IN_PLACE or spec is None
 
 
-def landing(buf, name) -> np.ndarray:
-    """A receive's buffer as bytes, checked writeable before anything is taken."""
-    out = as_bytes(Msg(buf, name).elems())
-    if not out.flags.writeable:
-        raise InvalidArgumentError(f"{name}: expected a writeable buffer, got a read-only one")
-    return out
-
-
 def array_of(obj, name) -> np.ndarray:
     """A 1-D numpy array over the memory of ``obj`` (no copy): numpy arrays as they
     are, other buffers through the buffer protocol, DLPack and the CUDA array
@@ -204,28 +196,33 @@ class Msg:
         reads them: no counts, the buffer split as evenly as it goes (the first
         processes one more); one count, the same for every process; no
         displacements, contiguous; one displacement, a stride."""
-        counts = self.counts
-        if counts is None:
-            n = self.total()
-            counts = [n // size + (n % size > i) for i in range(size)]
-        elif isinstance(counts, int):
-            counts = [counts] * size
-        if len(counts) != size:
-            raise InvalidArgumentError(f"{self.name}: expected {size} counts, got {len(counts)}")
-        displs = self.displs
-        if displs is None:
-            displs = [int(v) for v in np.cumsum([0] + list(counts[:-1]))]
-        elif isinstance(displs, int):
-            displs = [displs * i for i in range(size)]
-        elif len(displs) != size:
-            raise InvalidArgumentError(
-                f"{self.name}: expected {size} displacements, got {len(displs)}")
+        counts, displs = spread(self.counts, self.displs, self.total(), size, self.name)
         for k, (c, d) in enumerate(zip(counts, displs)):
             if c < 0 or d < 0 or d + c > self.a.size:
                 raise InvalidArgumentError(
                     f"{self.name}: block {k} (count {c} at displacement {d}) is outside "
                     f"the buffer's {self.a.size} elements")
         return counts, displs
+
+
+def spread(counts, displs, n: int, size: int, name: str) -> tuple[list, list]:
+    """A -v spec's counts and displacements (as _ints read them) over ``size``
+    processes, as mpi4py reads them: no counts, ``n`` elements split as evenly as
+    they go (the first processes one more); one count, every process's; no
+    displacements, contiguous; one displacement, a stride."""
+    if counts is None:
+        counts = [n // size + (n % size > i) for i in range(size)]
+    elif isinstance(counts, int):
+        counts = [counts] * size
+    if len(counts) != size:
+        raise InvalidArgumentError(f"{name}: expected {size} counts, got {len(counts)}")
+    if displs is None:
+        displs = [int(v) for v in np.cumsum([0] + list(counts[:-1]))]
+    elif isinstance(displs, int):
+        displs = [displs * i for i in range(size)]
+    elif len(displs) != size:
+        raise InvalidArgumentError(f"{name}: expected {size} displacements, got {len(displs)}")
+    return counts, displs
 
 
 def w_blocks(spec, name, blocks: int, writeable: bool = False) -> tuple:
@@ -285,8 +282,10 @@ def predefined(dtype, name, which) -> np.dtype:
             f"{name}: expected an MPI datatype{which}, got {type(dtype).__name__}")
     if not dtype.is_predefined:
         raise NotImplementedError(
-            f"{name}: derived datatypes are not emulated (only predefined ones, e.g. "
-            f"MPI.FLOAT); got a derived datatype{which} {dtype!r}")
+            f"{name}: derived datatypes are emulated in point to point and the "
+            f"collectives that move data (Bcast, Gather[v], Scatter[v], Allgather[v], "
+            f"Alltoall[v]), not in reductions, -w specs or neighbourhood collectives; "
+            f"got a derived datatype{which} {dtype!r}")
     return to_numpy_dtype(dtype)
 
 

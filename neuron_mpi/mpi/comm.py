@@ -15,6 +15,7 @@ from ..errors import InvalidArgumentError
 from ..tagged import Barrier, Tagged
 from .attrs import Attributes
 from .buffers import Msg, as_bytes, is_in_place, place, real_parts, w_blocks
+from .datatypes import derived
 from .objects import Objects
 from .p2p import PointToPoint
 from .persistent import COLLECTIVES, NEIGHBOURHOOD, add_persistent
@@ -428,6 +429,7 @@ class Comm(Objects, PointToPoint, Attributes):
         return started(c.barrier(async_op=True))
 
     @_agreed
+    @derived(buf=("bcast", "whole"))
     def Bcast(self, buf, root=0) -> None:
         self._bcast(buf, root, False)
 
@@ -528,6 +530,7 @@ class Comm(Objects, PointToPoint, Attributes):
         return self._reduce_into("exscan", x, out, _op_name(op), async_op=async_op)
 
     @_agreed
+    @derived(sendbuf=("send", "whole"), recvbuf=("recv", "block"))
     def Allgather(self, sendbuf, recvbuf) -> None:
         self._allgather(sendbuf, recvbuf, False)
 
@@ -544,6 +547,7 @@ class Comm(Objects, PointToPoint, Attributes):
         return c.all_gather(as_bytes(x), out=as_bytes(out), async_op=async_op)
 
     @_agreed
+    @derived(sendbuf=("send", "whole"), recvbuf=("recv", "v"))
     def Allgatherv(self, sendbuf, recvbuf) -> None:
         h, then = self._allgatherv(sendbuf, recvbuf, False)
         then(h)
@@ -563,6 +567,7 @@ class Comm(Objects, PointToPoint, Attributes):
         return h, lambda res: place(r.a, res.view(r.a.dtype), counts, displs)
 
     @_agreed
+    @derived(sendbuf=("send", "whole"), recvbuf=("root-recv", "block"))
     def Gather(self, sendbuf, recvbuf, root=0) -> None:
         self._gather(sendbuf, recvbuf, root, False)
 
@@ -579,6 +584,7 @@ class Comm(Objects, PointToPoint, Attributes):
         return c.gather(as_bytes(Msg(sendbuf, "sendbuf").elems()), root, async_op=async_op)
 
     @_agreed
+    @derived(sendbuf=("send", "whole"), recvbuf=("root-recv", "v"))
     def Gatherv(self, sendbuf, recvbuf, root=0) -> None:
         c = self._c
         if c.rank == root:
@@ -625,6 +631,7 @@ class Comm(Objects, PointToPoint, Attributes):
         return h, lambda res: place(r.a, res.view(r.a.dtype), counts, displs)
 
     @_agreed
+    @derived(sendbuf=("root-send", "block"), recvbuf=("recv", "whole"))
     def Scatter(self, sendbuf, recvbuf, root=0) -> None:
         self._scatter(sendbuf, recvbuf, root, False)
 
@@ -646,6 +653,7 @@ class Comm(Objects, PointToPoint, Attributes):
                          async_op=async_op)
 
     @_agreed
+    @derived(sendbuf=("root-send", "v"), recvbuf=("recv", "whole"))
     def Scatterv(self, sendbuf, recvbuf, root=0) -> None:
         c = self._c
         mine_in_place = c.rank == root and is_in_place(recvbuf)
@@ -696,6 +704,7 @@ class Comm(Objects, PointToPoint, Attributes):
         return c.all_to_all_v(x, send, recv, out=as_bytes(out), async_op=True)
 
     @_agreed
+    @derived(sendbuf=("send", "block"), recvbuf=("recv", "block"))
     def Alltoall(self, sendbuf, recvbuf) -> None:
         self._alltoall(sendbuf, recvbuf, False)
 
@@ -713,6 +722,7 @@ class Comm(Objects, PointToPoint, Attributes):
         return c.all_to_all(as_bytes(x), out=as_bytes(out), async_op=async_op)
 
     @_agreed
+    @derived(sendbuf=("send", "v"), recvbuf=("recv", "v"))
     def Alltoallv(self, sendbuf, recvbuf) -> None:
         h, then = self._alltoallv(sendbuf, recvbuf, False)
         then(h)
@@ -758,6 +768,7 @@ class Comm(Objects, PointToPoint, Attributes):
 
     # non-blocking collectives that write into recvbuf: in flight (Request)
     @_agreed
+    @derived(buf=("bcast", "whole"))
     def Ibcast(self, buf, root=0) -> Request:
         return started(self._bcast(buf, root, True))
 
@@ -782,26 +793,32 @@ class Comm(Objects, PointToPoint, Attributes):
         return started(self._exscan(sendbuf, recvbuf, op, True))
 
     @_agreed
+    @derived(sendbuf=("send", "whole"), recvbuf=("recv", "block"))
     def Iallgather(self, sendbuf, recvbuf) -> Request:
         return started(self._allgather(sendbuf, recvbuf, True))
 
     @_agreed
+    @derived(sendbuf=("send", "block"), recvbuf=("recv", "block"))
     def Ialltoall(self, sendbuf, recvbuf) -> Request:
         return started(self._alltoall(sendbuf, recvbuf, True))
 
     @_agreed
+    @derived(sendbuf=("send", "whole"), recvbuf=("root-recv", "block"))
     def Igather(self, sendbuf, recvbuf, root=0) -> Request:
         return started(self._gather(sendbuf, recvbuf, root, True))
 
     @_agreed
+    @derived(sendbuf=("root-send", "block"), recvbuf=("recv", "whole"))
     def Iscatter(self, sendbuf, recvbuf, root=0) -> Request:
         return started(self._scatter(sendbuf, recvbuf, root, True))
 
     @_agreed
+    @derived(sendbuf=("send", "whole"), recvbuf=("recv", "v"))
     def Iallgatherv(self, sendbuf, recvbuf) -> Request:
         return started(*self._allgatherv(sendbuf, recvbuf, True))
 
     @_agreed
+    @derived(sendbuf=("send", "v"), recvbuf=("recv", "v"))
     def Ialltoallv(self, sendbuf, recvbuf) -> Request:
         return started(*self._alltoallv(sendbuf, recvbuf, True))
 
@@ -816,10 +833,12 @@ class Comm(Objects, PointToPoint, Attributes):
         return started(self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, True))
 
     @_agreed
+    @derived(sendbuf=("send", "whole"), recvbuf=("root-recv", "v"))
     def Igatherv(self, sendbuf, recvbuf, root=0) -> Request:
         return started(*self._igatherv(sendbuf, recvbuf, root))
 
     @_agreed
+    @derived(sendbuf=("root-send", "v"), recvbuf=("recv", "whole"))
     def Iscatterv(self, sendbuf, recvbuf, root=0) -> Request:
         return started(self._iscatterv(sendbuf, recvbuf, root))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from mpi4py import MPI as _MPI
 
 from ..errors import InvalidArgumentError
-from .buffers import landing
+from .datatypes import landing
 from .objects import loads
 from .requests import NULL_RECV, Request, set_status
 
@@ -64,11 +64,15 @@ class Message:
         if kind == _NULL:
             raise InvalidArgumentError("message: MPI.MESSAGE_NULL (already received, or "
                                        "never matched)")
-        out = None if buf is None or kind == _NO_PROC else landing(buf, "buf")
+        out, settle = (None, None) if buf is None or kind == _NO_PROC else \
+            landing(buf, "buf")
         self._tagged, self._m, self._kind = None, None, _NULL
         if kind == _NO_PROC:
             return NULL_RECV if buf is not None else NULL_RECV[:2] + (b"",)
-        return tagged.mrecv(m, out)
+        got = tagged.mrecv(m, out)
+        if settle is not None:
+            settle(got[2])
+        return got
 
     def Recv(self, buf, status=None) -> None:
         """MPI_Mrecv: the message into ``buf`` (a longer one: MPI_ERR_TRUNCATE)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from mpi4py import MPI as _MPI
 
 from ..tagged import ANY, deadline, send_tag
-from .buffers import Msg, as_bytes, landing
+from .datatypes import landing, outgoing
 from .message import Message
 from .requests import (NULL_RECV, Prequest, Request, done, empty_status, posted_request,
                        recv_source, recv_tag, set_status)
@@ -22,7 +22,7 @@ class PointToPoint:
     def _send(self, buf, dest, tag, sync=False) -> int:
         """Send (``sync``: synchronously; the message's number, 0 when there is
         nothing to wait for)."""
-        return self._send_bytes(lambda: as_bytes(Msg(buf, "buf").elems()), dest, tag, sync)
+        return self._send_bytes(lambda: outgoing(buf, "buf"), dest, tag, sync)
 
     def _send_bytes(self, data, dest, tag, sync=False) -> int:
         """Send the bytes ``data()`` gives (not called for MPI.PROC_NULL), as _send."""
@@ -48,16 +48,18 @@ class PointToPoint:
         source = recv_source(source, self._c.size)
         if source == _MPI.PROC_NULL:
             return set_status(status, *NULL_RECV)
-        out = landing(buf, "buf")
-        self._receive(out, source, recv_tag(tag), status)
+        self._receive(landing(buf, "buf"), source, recv_tag(tag), status)
 
-    def _receive(self, out, source, tag, status) -> int:
-        """A blocking receive into ``out`` (bytes), from a rank or MPI.ANY_SOURCE;
-        the bytes it took."""
+    def _receive(self, into, source, tag, status) -> int:
+        """A blocking receive into ``into`` (landing's: bytes, what unpacks them),
+        from a rank or MPI.ANY_SOURCE; the bytes it took."""
+        out, settle = into
         if source == _MPI.ANY_SOURCE:
             got = self._t.recv_any(out, tag, deadline())
         else:
             got = (source,) + self._t.recv(out, source, tag)
+        if settle is not None:
+            settle(got[2])
         set_status(status, *got)
         return got[2]
 
@@ -76,12 +78,12 @@ class PointToPoint:
 
     def _sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status, name):
         source = recv_source(source, self._c.size)
-        out = None if source == _MPI.PROC_NULL else landing(recvbuf, name)
+        into = None if source == _MPI.PROC_NULL else landing(recvbuf, name)
         recvtag = recv_tag(recvtag)
         self.Send(sendbuf, dest, sendtag)
-        if out is None:
+        if into is None:
             return set_status(status, *NULL_RECV)
-        self._receive(out, source, recvtag, status)
+        self._receive(into, source, recvtag, status)
 
     def Isend(self, buf, dest, tag=0) -> Request:
         self.Send(buf, dest, tag)
@@ -143,13 +145,15 @@ class PointToPoint:
             def start_null(req):
                 req._info = NULL_RECV
             return start_null
-        out = landing(buf, name)
+        out, settle = landing(buf, name)
 
         def start(req):
             r = self._t.post(out, source, tag)
 
             def run():
                 req._info = r()
+                if settle is not None:
+                    settle(req._info[2])
             req._poll = lambda: self._t.ready(r)
             req._cancel = lambda: self._t.cancel(r)
             req._detached = lambda: self._t.detach(r)  # (Free: made once matched)
@@ -172,10 +176,10 @@ class PointToPoint:
         tag = send_tag(tag)
         if dest == _MPI.PROC_NULL:
             return Prequest(lambda req: None)
-        m = Msg(buf, "buf")
+        outgoing(buf, "buf")  # (checked now; each Start reads the buffer again)
 
         def start(req):
-            number = self._t.send(as_bytes(m.elems()), dest, tag, sync)
+            number = self._t.send(outgoing(buf, "buf"), dest, tag, sync)
             return self._synced(req, number, dest)  # (None for a plain send)
         return Prequest(start)
 

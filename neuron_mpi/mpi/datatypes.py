@@ -1,0 +1,381 @@
+"""Derived datatypes in the mpi4py facade's buffer specs.
+
+A message whose datatype is derived (``MPI.DOUBLE.Create_vector(...).Commit()``,
+Create_subarray, Create_struct, Create_resized and the rest, built by the real MPI
+underneath) travels as its packed bytes: the type signature's elements in typemap
+order, as MPI_Pack lays them out. The sender packs, the receiver unpacks into its
+own layout, so a column sent as a vector type may be received as contiguous
+doubles, as MPI allows for matching signatures.
+
+The typemap is read from the real MPI once per datatype, by packing one element of
+it over a probe region whose bytes spell their own offsets: ``Layout.map[p]`` is
+the offset (from the buffer's start) of packed byte ``p``. Packing and unpacking
+are then numpy copies: one strided 2-d copy per contiguous run of the map, or a
+gather through an index array when the runs are many.
+
+``lower(spec, name, kind, size)`` turns a spec with a derived datatype into one with
+the packed bytes and a predefined element type (the signature's own when all its
+elements are alike, else bytes), which the facade's ordinary code moves, and what
+writes a result back into the user's buffer. Kinds: "whole" (a message of count
+elements), "block" (a gathered or scattered buffer: count per process), "v" (a -v
+buffer: counts per process, displacements in extents).
+"""
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI as _MPI
+from mpi4py.util.dtlib import to_numpy_dtype
+
+from ..errors import InvalidArgumentError
+from .buffers import Msg, _ints, array_of, as_bytes, spread, whole
+
+#: at most this many contiguous runs per element: copied run by run (more: gathered
+#: through an index array)
+RUNS = 32
+
+
+class Layout:
+    """The typemap of a committed derived datatype: ``size`` packed bytes per element,
+    ``extent`` bytes between elements, ``map`` the offset of each packed byte,
+    ``runs`` its contiguous stretches (packed position, offset, length), ``base``
+    the numpy type of its elements (bytes when they differ)."""
+
+    def __init__(self, t, name: str):
+        self.size, self.extent = int(t.Get_size()), int(t.Get_extent()[1])
+        if self.extent <= 0:
+            raise NotImplementedError(
+                f"{name}: a derived datatype of extent {self.extent} is not emulated")
+        self.map = _typemap(t, name, self.size, self.extent)
+        self.lo = int(self.map.min()) if self.size else 0
+        self.hi = int(self.map.max()) + 1 if self.size else 0
+        cut = np.flatnonzero(np.diff(self.map) != 1) + 1
+        starts = np.concatenate([[0], cut]) if self.size else np.empty(0, np.int64)
+        ends = np.concatenate([cut, [self.size]]) if self.size else starts
+        self.runs = [(int(s), int(self.map[s]), int(e - s)) for s, e in zip(starts, ends)]
+        self.base = _element(t, self.size)
+
+    def reach(self, count: int, start: int) -> tuple[int, int]:
+        """The bytes [lo, hi) that ``count`` elements from byte ``start`` touch."""
+        if count <= 0 or not self.size:
+            return start, start
+        return start + self.lo, start + (count - 1) * self.extent + self.hi
+
+    def _views(self, b: np.ndarray, count: int, start: int, writeable: bool):
+        for p, off, n in self.runs:
+            yield p, n, np.lib.stride_tricks.as_strided(
+                b[start + off:], shape=(count, n), strides=(self.extent, 1),
+                writeable=writeable)
+
+    def _index(self, count: int, start: int) -> np.ndarray:
+        steps = start + np.arange(count, dtype=np.int64)[:, None] * self.extent
+        return (steps + self.map[None, :]).reshape(-1)
+
+    def pack(self, b: np.ndarray, count: int, start: int) -> np.ndarray:
+        """``count`` elements from byte ``start`` of ``b`` (bytes), packed."""
+        out = np.empty((count, self.size), np.uint8)
+        if count and self.size:
+            if len(self.runs) <= RUNS:
+                for p, n, v in self._views(b, count, start, False):
+                    out[:, p:p + n] = v
+            else:
+                out.reshape(-1)[:] = b[self._index(count, start)]
+        return out.reshape(-1)
+
+    def unpack(self, packed: np.ndarray, b: np.ndarray, count: int, start: int) -> None:
+        """The first ``count`` packed elements of ``packed`` into ``b`` from byte
+        ``start``."""
+        if not count or not self.size:
+            return
+        rows = packed[:count * self.size].reshape(count, self.size)
+        if len(self.runs) <= RUNS:
+            for p, n, v in self._views(b, count, start, True):
+                v[...] = rows[:, p:p + n]
+        else:
+            b[self._index(count, start)] = rows.reshape(-1)
+
+
+def _typemap(t, name: str, size: int, extent: int) -> np.ndarray:
+    """Where each packed byte of one element of ``t`` comes from (offsets from the
+    buffer's start), found by the real MPI_Pack over a region whose bytes spell
+    their own offsets, one byte plane at a time. A packed byte MPI_Pack leaves
+    unwritten (the padding of an x87 long double, of which Open MPI packs 10 of 16
+    bytes) is taken as the byte after the one before it: the padding travels too,
+    harmlessly."""
+    true_lb, true_extent = (int(v) for v in t.Get_true_extent())
+    pre = max(0, -true_lb)
+    span = pre + max(true_lb + true_extent, extent, 1)
+    region = np.arange(span, dtype=np.int64)  # (offset + pre of each byte)
+    found = np.zeros(size, np.int64)
+    written = np.ones(size, bool)
+    planes = max(1, (int(span - 1).bit_length() + 7) // 8)
+    probe = np.empty(span, np.uint8)
+    packed = np.empty(size, np.uint8)
+    for j in range(planes):
+        probe[:] = (region >> (8 * j)) & 0xFF
+        got = []
+        for fill in (0x00, 0xFF):
+            packed.fill(fill)
+            try:
+                t.Pack(probe[pre:pre + extent], packed, 0, _MPI.COMM_SELF)
+            except _MPI.Exception as e:
+                if e.Get_error_class() == _MPI.ERR_TYPE:
+                    from .requests import MPIError
+
+                    raise MPIError(
+                        f"{name}: the derived datatype is not committed (call its "
+                        "Commit() before using it in a message)", _MPI.ERR_TYPE) from None
+                raise
+            got.append(packed.copy())
+        written &= got[0] == got[1]
+        found |= got[0].astype(np.int64) << (8 * j)
+    found -= pre
+    if not written.all():
+        known = np.flatnonzero(written)
+        if not known.size:
+            raise NotImplementedError(f"{name}: a datatype MPI_Pack writes no byte of")
+        at = np.maximum.accumulate(np.where(written, np.arange(size), -1))
+        at[at < 0] = known[0]  # (before the first byte written: counted back from it)
+        found = found[at] + (np.arange(size) - at)
+    return found
+
+
+def _element(t, size: int) -> np.dtype:
+    """The numpy type of the elements of ``t``'s signature when they are all alike,
+    else bytes."""
+    leaves: set = set()
+    try:
+        _leaves(t, leaves)
+    except (ValueError, KeyError, TypeError, NotImplementedError, _MPI.Exception):
+        return np.dtype(np.uint8)
+    if len(leaves) == 1:
+        (e,) = leaves
+        if e.itemsize and size % e.itemsize == 0 and e.kind in "biufc":
+            return e
+    return np.dtype(np.uint8)
+
+
+def _leaves(t, out: set) -> None:
+    """The numpy types of the named datatypes ``t`` is built of, into ``out``."""
+    if t.is_predefined:
+        def walk(d):
+            if d.subdtype is not None:
+                walk(d.subdtype[0])
+            elif d.fields:
+                for f in d.fields.values():
+                    walk(f[0])
+            else:
+                out.add(d)
+        walk(to_numpy_dtype(t))
+        return
+    base, _, params = t.decode()  # (the type it is built of; a struct's: its list)
+    subs = params.get("datatypes") or [base]
+    for s in subs:
+        try:
+            _leaves(s, out)
+        finally:
+            if not s.is_predefined:
+                s.Free()  # (MPI_Type_get_contents' new handle)
+
+
+def is_derived(spec) -> bool:
+    """Whether a buffer spec names a derived (not predefined) MPI datatype."""
+    if not isinstance(spec, (tuple, list)) or len(spec) < 2:
+        return False
+    t = spec[-1]
+    return isinstance(t, _MPI.Datatype) and not t.is_predefined and t != _MPI.DATATYPE_NULL
+
+
+_LAYOUTS: dict = {}
+
+
+def layout(t, name: str) -> Layout:
+    """The Layout of ``t``, kept per datatype (its handle, size and extents: a freed
+    handle reused by another type gets its own)."""
+    key = (t.py2f(), t.Get_size(), t.Get_extent(), t.Get_true_extent())
+    got = _LAYOUTS.get(key)
+    if got is None:
+        if len(_LAYOUTS) > 256:
+            _LAYOUTS.clear()
+        got = _LAYOUTS[key] = Layout(t, name)
+    return got
+
+
+def lower(spec, name: str, kind: str, size: int, writeable: bool = False,
+          fill: bool = True):
+    """(the same message as a spec of packed bytes in a predefined element type,
+    what writes the packed buffer back into the user's: call it once the call's
+    result is in it). ``kind``: "whole", "block" or "v" (module docstring);
+    ``size``: the communicator's processes; ``writeable``: the buffer will be
+    written (checked now, before anything moves); ``fill``: the packed buffer
+    starts as the user's contents (else uninitialised: a receive's, whose settle
+    unpacks only what it took)."""
+    items = list(spec)
+    if not 2 <= len(items) <= 4:
+        raise InvalidArgumentError(
+            f"{name}: expected a buffer or 2 to 4 items (buffer, count(s), "
+            f"displacement(s), datatype), got {len(items)} items")
+    buf, t = items[0], items[-1]
+    if buf is _MPI.BOTTOM or buf is None:
+        raise NotImplementedError(
+            f"{name}: MPI.BOTTOM and absolute addresses (derived datatypes) are not emulated")
+    lay = layout(t, name)
+    b, origin = _memory(buf, name)
+    if writeable and not b.flags.writeable:
+        raise InvalidArgumentError(f"{name}: expected a writeable buffer, got a read-only one")
+    c = d = None
+    if len(items) == 4:
+        c, d = items[1], items[2]
+    elif len(items) == 3:
+        c = items[1]
+        pair = isinstance(c, tuple) if kind == "v" else isinstance(c, (tuple, list))
+        if pair:
+            if len(c) != 2:
+                raise InvalidArgumentError(
+                    f"{name}: expected (count(s), displacement(s)), got {c!r}")
+            c, d = c
+    k = lay.size // lay.base.itemsize  # (packed elements of the base type per element)
+    fits = (b.size - origin) // lay.extent  # (the elements a count left out means)
+    if kind == "v":
+        counts, displs = spread(_ints(c, name, "counts"), _ints(d, name, "displs"),
+                                fits, size, name)
+    else:
+        n = fits if c is None else whole(c, name, "count")
+        start = 0 if d is None else whole(d, name, "displacement") * lay.extent
+        if kind == "block":
+            if c is None and n % size:
+                raise InvalidArgumentError(
+                    f"{name}: {n} elements do not divide evenly among {size} processes")
+            per = n // size if c is None else n
+            counts, displs = [per] * size, [start // lay.extent + per * i for i in range(size)]
+        else:
+            counts, displs = [n], [start // lay.extent]
+    for j, (cj, dj) in enumerate(zip(counts, displs)):
+        lo, hi = lay.reach(cj, origin + dj * lay.extent)
+        if cj < 0 or dj < 0 or lo < 0 or hi > b.size:
+            what = f"block {j} ({cj} elements at displacement {dj})" if kind != "whole" \
+                else f"{cj} elements"
+            raise InvalidArgumentError(
+                f"{name}: {what} of the derived datatype reach bytes [{lo - origin}, "
+                f"{hi - origin}) from the buffer's start, outside its memory (bytes "
+                f"[{-origin}, {b.size - origin}))")
+    if fill:
+        packed = np.concatenate([lay.pack(b, cj, origin + dj * lay.extent)
+                                 for cj, dj in zip(counts, displs)])
+    else:
+        packed = np.empty(sum(counts) * lay.size, np.uint8)
+    a = packed.view(lay.base)
+    if kind == "whole":
+        new = (a, a.size, lay.base)
+    elif kind == "block":
+        new = (a, counts[0] * k, lay.base)
+    else:
+        new = (a, ([cj * k for cj in counts], None), lay.base)
+
+    def settle(nbytes=None):
+        """Unpack into the user's buffer (``nbytes``: only the elements of the first
+        nbytes packed bytes, those a receive took)."""
+        off = 0
+        left = None if nbytes is None else nbytes // lay.size if lay.size else 0
+        for cj, dj in zip(counts, displs):
+            m = cj if left is None else min(cj, left)
+            lay.unpack(packed[off:], b, m, origin + dj * lay.extent)
+            off += cj * lay.size
+            if left is not None:
+                left -= m
+    return new, settle
+
+
+
+def outgoing(buf, name: str) -> np.ndarray:
+    """A send's bytes: the buffer's own (a view), or a derived datatype's packed."""
+    if is_derived(buf):
+        return as_bytes(lower(buf, name, "whole", 1)[0][0])
+    return as_bytes(Msg(buf, name).elems())
+
+
+def landing(buf, name: str) -> tuple:
+    """A receive's buffer as bytes, checked writeable before anything is taken, and
+    what to call with the bytes received once they are in it (None: nothing to do;
+    a derived datatype's: unpack the whole elements received into ``buf``)."""
+    if is_derived(buf):
+        (a, _, _), settle = lower(buf, name, "whole", 1, writeable=True, fill=False)
+        return as_bytes(a), settle
+    out = as_bytes(Msg(buf, name).elems())
+    if not out.flags.writeable:
+        raise InvalidArgumentError(f"{name}: expected a writeable buffer, got a read-only one")
+    return out, None
+
+
+#: roles of a collective's buffer argument: read, written, read or written by the
+#: root only, read on the root and written elsewhere
+ROLES = ("send", "recv", "root-send", "root-recv", "bcast")
+
+
+def derived(**arguments):
+    """A collective method whose buffer ``arguments`` (name -> (role, kind): ROLES,
+    lower's kinds) may name derived datatypes: each such spec is lowered to its
+    packed bytes before the method runs, and what the call wrote is unpacked into
+    the user's buffer after it (a blocking call's at its return, an I-call's at its
+    Wait). Calls without a derived datatype run as they are."""
+    import functools
+    import inspect
+
+    from .requests import Request
+
+    def deco(fn):
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def wrapper(self, *args, **kwargs):
+            for v in (*args, *kwargs.values()):
+                if isinstance(v, (tuple, list)) and is_derived(v):
+                    break
+            else:
+                return fn(self, *args, **kwargs)
+            bound = sig.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            c = self._c
+            root = bound.arguments.get("root")
+            settles = []
+            for name, (role, kind) in arguments.items():
+                spec = bound.arguments[name]
+                if not is_derived(spec) or role.startswith("root-") and c.rank != root:
+                    continue
+                writes = role in ("recv", "root-recv") or role == "bcast" and c.rank != root
+                bound.arguments[name], settle = lower(spec, name, kind, c.size, writes)
+                if writes:
+                    settles.append(settle)
+            res = fn(*bound.args, **bound.kwargs)
+
+            def settle_all():
+                for s in settles:
+                    s()
+            if isinstance(res, Request) and res._run is not None:
+                run = res._run
+                res._run = lambda: (run(), settle_all())
+            elif settles:
+                settle_all()
+            return res
+        return wrapper
+    return deco
+
+
+def _memory(buf, name: str) -> tuple[np.ndarray, int]:
+    """(the bytes of the whole allocation ``buf`` lies in, the offset of ``buf``'s
+    start in them): a derived datatype's elements may reach past the (contiguous)
+    view passed (``g[0, 4:]`` with a column type: MPI reads from the address
+    alone), within the numpy array it is a view of. A view that is read-only gives read-only
+    bytes."""
+    a = array_of(buf, name)  # (contiguous, as mpi4py requires)
+    root = a
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root.flags.c_contiguous or root.flags.f_contiguous:
+        whole_ = np.ravel(root, order="K").view(np.uint8)
+        origin = a.ctypes.data - root.ctypes.data
+        if 0 <= origin <= whole_.size and np.shares_memory(whole_, root):
+            if not a.flags.writeable and whole_.flags.writeable:
+                whole_ = whole_.view()
+                whole_.flags.writeable = False
+            return whole_, origin
+    return as_bytes(array_of(buf, name)), 0

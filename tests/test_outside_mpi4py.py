@@ -41,7 +41,8 @@ FILES = ("test_cco_buf.py", "test_cco_nb_buf.py", "test_cco_vec.py", "test_cco_n
          "test_p2p_obj.py", "test_cco_ngh_obj.py", "test_p2p_buf_matched.py",
          "test_p2p_obj_matched.py", "test_cco_ngh_buf.py", "test_comm.py", "test_cco_pr_buf.py",
          "test_cco_pr_vec.py", "test_cco_pr_ngh_buf.py", "test_attributes.py",
-         "test_errorcode.py", "test_environ.py", "test_exceptions.py", "arrayimpl.py",
+         "test_errorcode.py", "test_environ.py", "test_exceptions.py", "test_op.py",
+         "arrayimpl.py",
          "dlpackimpl.py",
          "mpiunittest.py", "mpitestutil.py")
 CHECKS = Path(__file__).resolve().parent / "outside" / "mpi4py_checks.py"  # ours, same launch
@@ -73,7 +74,7 @@ UPSTREAM = {"test_cco_buf.py": (71, 0, 0), "test_cco_nb_buf.py": (71, 0, 0),
             "test_cco_pr_buf.py": (70, 0, 0), "test_cco_pr_vec.py": (58, 0, 4),
             "test_cco_pr_ngh_buf.py": (12, 0, 0), "test_attributes.py": (50, 10, 0),
             "test_errorcode.py": (6, 0, 0), "test_environ.py": (14, 0, 0),
-            "test_exceptions.py": (50, 5, 0)}
+            "test_exceptions.py": (50, 5, 0), "test_op.py": (11, 0, 0)}
 SMALL_ONLY = ("test_cco_vec.py", "test_cco_nb_vec.py", "test_p2p_buf.py")
 # (neighbourhood calls by the ten thousand: test_cco_ngh_buf.py 10 s at 1 rank, 13.5 at 2;
 # the persistent files 14.5 s at 1 rank, 30 at 2, 48 at 3)

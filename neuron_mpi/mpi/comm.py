@@ -28,19 +28,58 @@ from .topo import dist_graph_adjacent_args, dist_graph_edges, graph_args, grid_a
 _OPS = None
 
 
-def _op_name(op) -> str:
+def _op_name(op):
+    """The kernels' name of MPI.SUM, PROD, MAX and MIN; any other MPI.Op (LAND,
+    BOR, MAXLOC, a user's Op.Create) as it is, reduced by the MPI underneath
+    (Op.Reduce_local) after an all-gather."""
     global _OPS
     if _OPS is None:
         _OPS = ((_MPI.SUM, "sum"), (_MPI.PROD, "prod"), (_MPI.MAX, "max"), (_MPI.MIN, "min"))
     for k, v in _OPS:
         if op == k:
             return v
-    name = next((f"MPI.{n}" for n in ("LAND", "BAND", "LOR", "BOR", "LXOR", "BXOR", "MAXLOC",
-                                      "MINLOC", "REPLACE", "NO_OP")
-                 if getattr(_MPI, n, None) == op), repr(op))
-    raise NotImplementedError(
-        f"op: neuron_mpi.mpi reduces with MPI.SUM, PROD, MAX or MIN only, got {name}")
+    if not isinstance(op, _MPI.Op):
+        raise TypeError(f"op: expected an MPI.Op, got {type(op).__name__}")
+    if op == _MPI.OP_NULL or op == _MPI.NO_OP:
+        raise MPIError(f"op: {'MPI.OP_NULL' if op == _MPI.OP_NULL else 'MPI.NO_OP'} "
+                       "reduces nothing", _MPI.ERR_OP)
+    return op
 
+
+def _op_of(op, *specs):
+    """_op_name's, and for an MPI.Op of the MPI underneath (op, the datatype the
+    buffer specs name, or None): a user's op gets the datatype it was given, as
+    mpi4py passes it."""
+    got = _op_name(op)
+    if isinstance(got, str):
+        return got
+    for spec in specs:
+        if isinstance(spec, (list, tuple)) and spec and isinstance(spec[-1], _MPI.Datatype):
+            return got, spec[-1]
+    return got, None
+
+
+_PAIRS = None
+
+
+def _mpi_type(dt: np.dtype, op):
+    """The predefined MPI datatype mpi4py infers for numpy type ``dt`` (from its
+    type character, as for a buffer's format), or the pair type of MAXLOC and
+    MINLOC it is, for ``op``."""
+    global _PAIRS
+    from mpi4py.util.dtlib import to_numpy_dtype
+
+    t = None if dt.fields else _MPI._typedict.get(dt.char)
+    if t is None and dt.fields:
+        if _PAIRS is None:
+            _PAIRS = [(to_numpy_dtype(p), p) for p in
+                      (_MPI.FLOAT_INT, _MPI.DOUBLE_INT, _MPI.LONG_INT, _MPI.INT_INT,
+                       _MPI.SHORT_INT, _MPI.LONG_DOUBLE_INT)]
+        t = next((p for d, p in _PAIRS if d == dt), None)
+    if t is None:
+        raise NotImplementedError(f"op: {op!r} on elements of {dt} (no predefined MPI "
+                                  "datatype) is not emulated")
+    return t
 
 
 def _agreed(fn):
@@ -67,13 +106,23 @@ def _carried(dt: np.dtype) -> bool:
         return False
 
 
-def _reduce_rows(rows: np.ndarray, op: str) -> np.ndarray:
+def _reduce_rows(rows: np.ndarray, op) -> np.ndarray:
     """Reduce the rows of ``rows`` in rank order (the fallback for types the
-    kernels do not carry)."""
-    f = _UFUNC[op]
-    acc = rows[0].copy()
-    for r in rows[1:]:
-        acc = f(acc, r)
+    kernels do not carry, and for ops other than theirs: an MPI.Op folds as MPI
+    defines it, row 0 op row 1 op ..., by Op.Reduce_local of the MPI underneath)."""
+    if isinstance(op, str):
+        f = _UFUNC[op]
+        acc = rows[0].copy()
+        for r in rows[1:]:
+            acc = f(acc, r)
+        return acc
+    op, t = op
+    acc = np.ascontiguousarray(rows[-1]).copy()
+    if not acc.size:
+        return acc
+    t = t or _mpi_type(acc.dtype, op)
+    for r in rows[-2::-1]:  # (acc = row_i op acc: associative, in rank order)
+        op.Reduce_local([np.ascontiguousarray(r), t], [acc, t])
     return acc
 
 
@@ -449,7 +498,8 @@ class Comm(Objects, PointToPoint, Attributes):
         out = r.elems()
         x = out.copy() if is_in_place(sendbuf) else Msg(sendbuf, "sendbuf").elems()
         self._check_same(x, out, "recvbuf")
-        return self._reduce_into("all_reduce", x, out, _op_name(op), async_op=async_op)
+        return self._reduce_into("all_reduce", x, out, _op_of(op, sendbuf, recvbuf),
+                                 async_op=async_op)
 
     @_agreed
     def Reduce(self, sendbuf, recvbuf, op=_MPI.SUM, root=0) -> None:
@@ -465,7 +515,8 @@ class Comm(Objects, PointToPoint, Attributes):
         else:
             x = Msg(sendbuf, "sendbuf").elems()
             out = None
-        return self._reduce_into("reduce", x, out, _op_name(op), root=root, async_op=async_op)
+        return self._reduce_into("reduce", x, out, _op_of(op, sendbuf, recvbuf), root=root,
+                                 async_op=async_op)
 
     @_agreed
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
@@ -481,8 +532,8 @@ class Comm(Objects, PointToPoint, Attributes):
         else:
             out = r.elems()
             x = Msg(sendbuf, "sendbuf").a[:out.size * n]
-        return self._reduce_into("reduce_scatter", x, out, _op_name(op), counts=[out.size] * n,
-                                 async_op=async_op)
+        return self._reduce_into("reduce_scatter", x, out, _op_of(op, sendbuf, recvbuf),
+                                 counts=[out.size] * n, async_op=async_op)
 
     @_agreed
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_MPI.SUM) -> None:
@@ -506,8 +557,8 @@ class Comm(Objects, PointToPoint, Attributes):
         else:
             x = Msg(sendbuf, "sendbuf").a[:total]
         out = r.a[:counts[c.rank]]
-        return self._reduce_into("reduce_scatter", x, out, _op_name(op), counts=counts,
-                                 async_op=async_op)
+        return self._reduce_into("reduce_scatter", x, out, _op_of(op, sendbuf, recvbuf),
+                                 counts=counts, async_op=async_op)
 
     @_agreed
     def Scan(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
@@ -517,7 +568,8 @@ class Comm(Objects, PointToPoint, Attributes):
         out = Msg(recvbuf, "recvbuf").elems()
         x = out.copy() if is_in_place(sendbuf) else Msg(sendbuf, "sendbuf").elems()
         self._check_same(x, out, "recvbuf")
-        return self._reduce_into("scan", x, out, _op_name(op), async_op=async_op)
+        return self._reduce_into("scan", x, out, _op_of(op, sendbuf, recvbuf),
+                                 async_op=async_op)
 
     @_agreed
     def Exscan(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
@@ -527,7 +579,8 @@ class Comm(Objects, PointToPoint, Attributes):
         out = Msg(recvbuf, "recvbuf").elems()
         x = out.copy() if is_in_place(sendbuf) else Msg(sendbuf, "sendbuf").elems()
         self._check_same(x, out, "recvbuf")
-        return self._reduce_into("exscan", x, out, _op_name(op), async_op=async_op)
+        return self._reduce_into("exscan", x, out, _op_of(op, sendbuf, recvbuf),
+                                 async_op=async_op)
 
     @_agreed
     @derived(sendbuf=("send", "whole"), recvbuf=("recv", "block"))
@@ -855,15 +908,17 @@ class Comm(Objects, PointToPoint, Attributes):
                 f"{name}: {out.size} elements but the send buffer has {x.size}"))
 
     def _reduce_into(self, which, x, out, op, root=0, counts=None, async_op=False):
-        """Reduce ``x`` into ``out`` (None: nothing to write here). ``async_op``: the
-        call's Handle, in flight, where the kernels carry the type (else done here)."""
+        """Reduce ``x`` into ``out`` (None: nothing to write here). ``op``: the
+        kernels' name, or (an MPI.Op, its datatype or None) (_op_of). ``async_op``:
+        the call's Handle, in flight, where the kernels carry the type and the op
+        (else done here)."""
         c = self._c
         dt = x.dtype
-        if dt in (np.complex64, np.complex128) and op == "sum":
+        if isinstance(op, str) and op == "sum" and dt in (np.complex64, np.complex128):
             x, out = real_parts(x), None if out is None else real_parts(out)
             dt = x.dtype
             counts = None if counts is None else [k * 2 for k in counts]
-        if _carried(dt):
+        if isinstance(op, str) and _carried(dt):
             if which == "all_reduce":
                 return c.all_reduce(x, op, out=out, async_op=async_op)
             if which == "reduce":
@@ -873,7 +928,10 @@ class Comm(Objects, PointToPoint, Attributes):
             if which == "scan":
                 return c.scan(x, op, out=out, async_op=async_op)
             return c.exscan(x, op, out=out, async_op=async_op)
-        # types the kernels do not carry: gather every input, reduce in rank order
+        # types the kernels do not carry, other ops: gather every input, reduce in
+        # rank order (an MPI.Op's datatype found first: nothing moves if none is)
+        if not isinstance(op, str) and op[1] is None:
+            _mpi_type(dt, op[0])
         rows = c.all_gather(as_bytes(np.ascontiguousarray(x))).view(dt).reshape(c.size, -1)
         if which == "all_reduce" or which == "reduce" and out is not None:
             out[...] = _reduce_rows(rows, op)

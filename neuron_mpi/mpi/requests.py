@@ -100,8 +100,8 @@ class Request:
     """A request of an I-call. The non-blocking collectives (Iallreduce, Ireduce,
     Ireduce_scatter_block, Ireduce_scatter, Iscan, Iexscan, Ibcast, Iallgather,
     Iallgatherv, Ialltoall, Ialltoallv, Ialltoallw, Igather, Igatherv, Iscatter,
-    Iscatterv, the Ineighbor_* forms; reductions on the datatypes the kernels
-    carry) are in flight: the rank's agent
+    Iscatterv, the Ineighbor_* forms; reductions on the datatypes and with the
+    ops the kernels carry) are in flight: the rank's agent
     moves them while the program computes, ``Test`` says whether they are done without blocking, ``Wait``
     finishes them (raising their error; the -v forms place the result in
     ``recvbuf`` then). The other I-calls complete at the call (the Request is

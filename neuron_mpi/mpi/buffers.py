@@ -148,8 +148,8 @@ class Msg:
                 displ = None if d is None else whole(d, name, "displacement")
         if buf is _MPI.BOTTOM or buf is None and count:
             raise NotImplementedError(
-                f"{name}: MPI.BOTTOM and absolute addresses (derived datatypes) are not "
-                "emulated")
+                f"{name}: MPI.BOTTOM (or None) takes a derived datatype of addresses "
+                "(MPI.Get_address) where derived datatypes are emulated; not here")
         a = np.empty(0, np.uint8) if buf is None else array_of(buf, name)  # (None: empty)
         if dtype is not None:
             dt = dtype if isinstance(dtype, np.dtype) else predefined(dtype, name, "")
@@ -225,52 +225,93 @@ def spread(counts, displs, n: int, size: int, name: str) -> tuple[list, list]:
     return counts, displs
 
 
-def w_blocks(spec, name, blocks: int, writeable: bool = False) -> tuple:
+class WSpec:
     """A -w buffer spec over ``blocks`` processes, as mpi4py reads one: ``(buf,
     datatypes)`` (one element of each at displacement 0), ``(buf, (counts, displs),
     datatypes)`` or ``(buf, counts, displs, datatypes)``, displacements in bytes, a
-    predefined datatype per process. Returns (the buffer's bytes, [(byte offset,
-    bytes)] per process)."""
-    if not isinstance(spec, (tuple, list)) or not 2 <= len(spec) <= 4:
-        raise InvalidArgumentError(
-            f"{name}: expected (buffer, datatypes), (buffer, (counts, displs), datatypes) "
-            f"or (buffer, counts, displs, datatypes), got {type(spec).__name__}")
-    if len(spec) == 2:
-        buf, types = spec
-        counts = displs = None
-    elif len(spec) == 3:
-        buf, pair, types = spec
-        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-            raise InvalidArgumentError(f"{name}: expected (counts, displs), got {pair!r}")
-        counts, displs = pair
-    else:
-        buf, counts, displs, types = spec
-    if buf is _MPI.BOTTOM:
-        raise NotImplementedError(
-            f"{name}: MPI.BOTTOM and absolute addresses (derived datatypes) are not emulated")
-    b = as_bytes(array_of(buf, name))
-    if writeable and not b.flags.writeable:
-        raise InvalidArgumentError(f"{name}: expected a writeable buffer, got a read-only one")
-    if (counts is None) != (displs is None):
-        raise InvalidArgumentError(f"{name}: expected both counts and displs, or neither")
-    counts = [1] * blocks if counts is None else _per_process(counts, blocks, name, "counts")
-    displs = [0] * blocks if displs is None else _per_process(displs, blocks, name, "displs")
-    try:
-        types = list(types)
-    except TypeError:  # (TypeError, as mpi4py's)
-        raise TypeError(f"{name}: expected a sequence of {blocks} datatypes, got "
-                        f"{type(types).__name__}") from None
-    if len(types) != blocks:
-        raise InvalidArgumentError(f"{name}: expected {blocks} datatypes, got {len(types)}")
-    out = []
-    for k, (c, d, t) in enumerate(zip(counts, displs, types)):
-        n = c * predefined(t, name, f" {k}").itemsize
-        if c < 0 or d < 0 or d + n > b.size:
+    datatype per process: predefined, or derived (neuron_mpi.mpi.datatypes: its
+    elements packed). ``sizes``: the bytes each block moves; ``parts()``: each
+    block's bytes as they are now; ``place(flat, skip)``: the blocks' bytes, in
+    order, written into the buffer (but those of the blocks in ``skip``)."""
+
+    def __init__(self, spec, name, blocks: int, writeable: bool = False):
+        from .datatypes import addressed, is_derived_type, layout, memory
+
+        if not isinstance(spec, (tuple, list)) or not 2 <= len(spec) <= 4:
             raise InvalidArgumentError(
-                f"{name}: block {k} ({c} elements at byte {d}) is outside the buffer's "
-                f"{b.size} bytes")
-        out.append((d, n))
-    return b, out
+                f"{name}: expected (buffer, datatypes), (buffer, (counts, displs), "
+                f"datatypes) or (buffer, counts, displs, datatypes), got "
+                f"{type(spec).__name__}")
+        if len(spec) == 2:
+            buf, types = spec
+            counts = displs = None
+        elif len(spec) == 3:
+            buf, pair, types = spec
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise InvalidArgumentError(f"{name}: expected (counts, displs), got {pair!r}")
+            counts, displs = pair
+        else:
+            buf, counts, displs, types = spec
+        if (counts is None) != (displs is None):
+            raise InvalidArgumentError(f"{name}: expected both counts and displs, or neither")
+        counts = [1] * blocks if counts is None else _per_process(counts, blocks, name,
+                                                                  "counts")
+        displs = [0] * blocks if displs is None else _per_process(displs, blocks, name,
+                                                                  "displs")
+        try:
+            types = list(types)
+        except TypeError:  # (TypeError, as mpi4py's)
+            raise TypeError(f"{name}: expected a sequence of {blocks} datatypes, got "
+                            f"{type(types).__name__}") from None
+        if len(types) != blocks:
+            raise InvalidArgumentError(f"{name}: expected {blocks} datatypes, got {len(types)}")
+        bottom = buf is _MPI.BOTTOM  # (displacements: addresses, MPI.Get_address)
+        lays = [layout(t, name) if is_derived_type(t) else None for t in types]
+        items = [predefined(t, name, f" {k}").itemsize if lay is None else 0
+                 for k, (t, lay) in enumerate(zip(types, lays))]
+        if bottom:
+            b = np.empty(0, np.uint8)
+            whole_, origin = addressed([(d, d + c * i) if lay is None else lay.reach(c, d)
+                                        for lay, i, c, d in zip(lays, items, counts, displs)
+                                        if c > 0])
+        else:
+            b = as_bytes(array_of(buf, name))
+            whole_, origin = memory(buf, name) if any(lays) else (b, 0)
+        if writeable and not whole_.flags.writeable:
+            raise InvalidArgumentError(
+                f"{name}: expected a writeable buffer, got a read-only one")
+        self.whole, self.blocks = whole_, []
+        for k, (lay, i, c, d) in enumerate(zip(lays, items, counts, displs)):
+            if lay is not None:
+                lo, hi = lay.reach(c, origin + d)
+                if c < 0 or d < 0 and not bottom or lo < 0 or hi > whole_.size:
+                    raise InvalidArgumentError(
+                        f"{name}: block {k} ({c} elements of a derived datatype at byte "
+                        f"{d}) reaches outside the buffer's memory")
+                self.blocks.append((lay, c, origin + d, c * lay.size))
+            else:
+                n = c * i
+                at = origin + d if bottom else d  # (in whole_, in the view b)
+                if c < 0 or at < 0 or at + n > (whole_.size if bottom else b.size):
+                    raise InvalidArgumentError(
+                        f"{name}: block {k} ({c} elements at byte {d}) is outside the "
+                        f"buffer's {b.size} bytes")
+                self.blocks.append((None, c, origin + d, n))
+        self.sizes = [n for *_, n in self.blocks]
+
+    def parts(self) -> list:
+        return [self.whole[d:d + n] if lay is None else lay.pack(self.whole, c, d)
+                for lay, c, d, n in self.blocks]
+
+    def place(self, flat: np.ndarray, skip=()) -> None:
+        off = 0
+        for k, (lay, c, d, n) in enumerate(self.blocks):
+            if k not in skip:
+                if lay is None:
+                    self.whole[d:d + n] = flat[off:off + n]
+                else:
+                    lay.unpack(flat[off:off + n], self.whole, c, d)
+            off += n
 
 
 def predefined(dtype, name, which) -> np.dtype:
@@ -282,10 +323,10 @@ def predefined(dtype, name, which) -> np.dtype:
             f"{name}: expected an MPI datatype{which}, got {type(dtype).__name__}")
     if not dtype.is_predefined:
         raise NotImplementedError(
-            f"{name}: derived datatypes are emulated in point to point and the "
+            f"{name}: derived datatypes are emulated in point to point, the "
             f"collectives that move data (Bcast, Gather[v], Scatter[v], Allgather[v], "
-            f"Alltoall[v]), not in reductions, -w specs or neighbourhood collectives; "
-            f"got a derived datatype{which} {dtype!r}")
+            f"Alltoall[v,w]) and Neighbor_alltoallw, not in reductions or the other "
+            f"neighbourhood collectives; got a derived datatype{which} {dtype!r}")
     return to_numpy_dtype(dtype)
 
 

@@ -14,7 +14,7 @@ from ..kernels.reference import UFUNCS as _UFUNC
 from ..errors import InvalidArgumentError
 from ..tagged import Barrier, Tagged
 from .attrs import Attributes
-from .buffers import Msg, as_bytes, is_in_place, place, real_parts, w_blocks
+from .buffers import Msg, WSpec, as_bytes, is_in_place, place, real_parts
 from .datatypes import derived
 from .objects import Objects
 from .p2p import PointToPoint
@@ -808,16 +808,11 @@ class Comm(Objects, PointToPoint, Attributes):
 
     def _alltoallw(self, sendbuf, recvbuf, async_op):
         c = self._c
-        rb, rblocks = w_blocks(recvbuf, "recvbuf", c.size, writeable=True)
-        if is_in_place(sendbuf):
-            sb, sblocks = rb.copy(), rblocks
-        else:
-            sb, sblocks = w_blocks(sendbuf, "sendbuf", c.size)
-        x = np.concatenate([sb[o:o + n] for o, n in sblocks]) if c.size else \
-            np.empty(0, np.uint8)
-        h = c.all_to_all_v(x, [n for _, n in sblocks], [n for _, n in rblocks],
-                           async_op=async_op)
-        return h, lambda res: place(rb, res, [n for _, n in rblocks], [o for o, _ in rblocks])
+        r = WSpec(recvbuf, "recvbuf", c.size, writeable=True)
+        s = r if is_in_place(sendbuf) else WSpec(sendbuf, "sendbuf", c.size)
+        x = np.concatenate(s.parts()) if c.size else np.empty(0, np.uint8)
+        h = c.all_to_all_v(x, s.sizes, r.sizes, async_op=async_op)
+        return h, r.place
 
     # non-blocking collectives that write into recvbuf: in flight (Request)
     @_agreed

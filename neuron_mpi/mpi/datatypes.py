@@ -96,27 +96,30 @@ class Layout:
 
 def _typemap(t, name: str, size: int, extent: int) -> np.ndarray:
     """Where each packed byte of one element of ``t`` comes from (offsets from the
-    buffer's start), found by the real MPI_Pack over a region whose bytes spell
-    their own offsets, one byte plane at a time. A packed byte MPI_Pack leaves
-    unwritten (the padding of an x87 long double, of which Open MPI packs 10 of 16
-    bytes) is taken as the byte after the one before it: the padding travels too,
-    harmlessly."""
+    buffer's start, absolute addresses for a type of MPI.BOTTOM), found by the real
+    MPI_Pack over a probe region whose bytes spell their own offsets, one byte
+    plane at a time; the probe covers the type's true extent, at the address its
+    true lower bound gives from the start passed to MPI_Pack. A packed byte MPI_Pack
+    leaves unwritten (the padding of an x87 long double, of which Open MPI packs 10
+    of 16 bytes) is taken as the byte after the one before it: the padding travels
+    too, harmlessly."""
+    import ctypes
+
     true_lb, true_extent = (int(v) for v in t.Get_true_extent())
-    pre = max(0, -true_lb)
-    span = pre + max(true_lb + true_extent, extent, 1)
-    region = np.arange(span, dtype=np.int64)  # (offset + pre of each byte)
+    n = max(true_extent, 1)
+    probe = np.empty(n, np.uint8)  # (the bytes [true_lb, true_lb + n) from the start)
+    start = (ctypes.c_char * extent).from_address((probe.ctypes.data - true_lb) % (1 << 64))
+    region = np.arange(n, dtype=np.int64)
     found = np.zeros(size, np.int64)
     written = np.ones(size, bool)
-    planes = max(1, (int(span - 1).bit_length() + 7) // 8)
-    probe = np.empty(span, np.uint8)
     packed = np.empty(size, np.uint8)
-    for j in range(planes):
+    for j in range(max(1, (int(n - 1).bit_length() + 7) // 8)):
         probe[:] = (region >> (8 * j)) & 0xFF
         got = []
         for fill in (0x00, 0xFF):
             packed.fill(fill)
             try:
-                t.Pack(probe[pre:pre + extent], packed, 0, _MPI.COMM_SELF)
+                t.Pack(start, packed, 0, _MPI.COMM_SELF)
             except _MPI.Exception as e:
                 if e.Get_error_class() == _MPI.ERR_TYPE:
                     from .requests import MPIError
@@ -128,7 +131,7 @@ def _typemap(t, name: str, size: int, extent: int) -> np.ndarray:
             got.append(packed.copy())
         written &= got[0] == got[1]
         found |= got[0].astype(np.int64) << (8 * j)
-    found -= pre
+    found += true_lb
     if not written.all():
         known = np.flatnonzero(written)
         if not known.size:
@@ -181,7 +184,10 @@ def is_derived(spec) -> bool:
     """Whether a buffer spec names a derived (not predefined) MPI datatype."""
     if not isinstance(spec, (tuple, list)) or len(spec) < 2:
         return False
-    t = spec[-1]
+    return is_derived_type(spec[-1])
+
+
+def is_derived_type(t) -> bool:
     return isinstance(t, _MPI.Datatype) and not t.is_predefined and t != _MPI.DATATYPE_NULL
 
 
@@ -215,11 +221,9 @@ def lower(spec, name: str, kind: str, size: int, writeable: bool = False,
             f"{name}: expected a buffer or 2 to 4 items (buffer, count(s), "
             f"displacement(s), datatype), got {len(items)} items")
     buf, t = items[0], items[-1]
-    if buf is _MPI.BOTTOM or buf is None:
-        raise NotImplementedError(
-            f"{name}: MPI.BOTTOM and absolute addresses (derived datatypes) are not emulated")
     lay = layout(t, name)
-    b, origin = _memory(buf, name)
+    bottom = buf is _MPI.BOTTOM  # (the type's displacements are addresses)
+    b, origin = (np.empty(0, np.uint8), 0) if bottom else memory(buf, name)
     if writeable and not b.flags.writeable:
         raise InvalidArgumentError(f"{name}: expected a writeable buffer, got a read-only one")
     c = d = None
@@ -249,6 +253,8 @@ def lower(spec, name: str, kind: str, size: int, writeable: bool = False,
             counts, displs = [per] * size, [start // lay.extent + per * i for i in range(size)]
         else:
             counts, displs = [n], [start // lay.extent]
+    if bottom:
+        b, origin = addressed([lay.reach(cj, dj * lay.extent) for cj, dj in zip(counts, displs)])
     for j, (cj, dj) in enumerate(zip(counts, displs)):
         lo, hi = lay.reach(cj, origin + dj * lay.extent)
         if cj < 0 or dj < 0 or lo < 0 or hi > b.size:
@@ -360,12 +366,12 @@ def derived(**arguments):
     return deco
 
 
-def _memory(buf, name: str) -> tuple[np.ndarray, int]:
+def memory(buf, name: str) -> tuple[np.ndarray, int]:
     """(the bytes of the whole allocation ``buf`` lies in, the offset of ``buf``'s
     start in them): a derived datatype's elements may reach past the (contiguous)
     view passed (``g[0, 4:]`` with a column type: MPI reads from the address
-    alone), within the numpy array it is a view of. A view that is read-only gives read-only
-    bytes."""
+    alone), within the numpy array it is a view of. A view that is read-only gives
+    read-only bytes."""
     a = array_of(buf, name)  # (contiguous, as mpi4py requires)
     root = a
     while isinstance(root.base, np.ndarray):
@@ -379,3 +385,20 @@ def _memory(buf, name: str) -> tuple[np.ndarray, int]:
                 whole_.flags.writeable = False
             return whole_, origin
     return as_bytes(array_of(buf, name)), 0
+
+
+def addressed(reaches) -> tuple[np.ndarray, int]:
+    """MPI.BOTTOM's memory: (the bytes from the lowest to the highest address the
+    ``reaches`` [lo, hi) touch, the offset of address 0 in them). The addresses
+    are the user's (MPI.Get_address of their buffers, in the datatypes), read and
+    written only where the typemaps say, as MPI does."""
+    import ctypes
+
+    spans = [(lo, hi) for lo, hi in reaches if hi > lo]
+    if not spans:
+        return np.empty(0, np.uint8), 0
+    lo, hi = min(s for s, _ in spans), max(e for _, e in spans)
+    if lo <= 0:
+        raise InvalidArgumentError("buf: MPI.BOTTOM with a datatype whose displacements "
+                                   "are not addresses (MPI.Get_address)")
+    return np.frombuffer((ctypes.c_uint8 * (hi - lo)).from_address(lo), np.uint8), -lo

@@ -17,7 +17,7 @@ import numpy as np
 from mpi4py import MPI as _MPI
 
 from ..errors import InvalidArgumentError
-from .buffers import Msg, as_bytes, w_blocks
+from .buffers import Msg, WSpec, as_bytes
 from .objects import loads, split_pickles
 from .persistent import NEIGHBOURHOOD, add_persistent
 from .requests import not_emulated, started
@@ -208,10 +208,17 @@ class _Neighbourhood:
 
     def _alltoallw_n(self, sendbuf, recvbuf, async_op):
         sources, dests = self._inout()
-        sb, sblocks = w_blocks(sendbuf, "sendbuf", len(dests))
-        rb, rblocks = w_blocks(recvbuf, "recvbuf", len(sources), writeable=True)
-        return self._swap([sb[o:o + n] for o, n in sblocks], rb, [n for _, n in rblocks],
-                          [o for o, _ in rblocks], async_op)
+        s = WSpec(sendbuf, "sendbuf", len(dests))
+        r = WSpec(recvbuf, "recvbuf", len(sources), writeable=True)
+        got = np.empty(sum(r.sizes), np.uint8)  # (the blocks packed, in order)
+        h, place = self._swap(s.parts(), got, r.sizes,
+                              [int(v) for v in np.cumsum([0] + r.sizes[:-1])], async_op)
+        nulls = {j for j, src in enumerate(sources) if src == _MPI.PROC_NULL}
+
+        def unpack(res):
+            place(res)
+            r.place(got, skip=nulls)  # (a block of MPI.PROC_NULL is left as it was)
+        return h, unpack
 
     def neighbor_allgather(self, sendobj) -> list:
         """Every in-neighbour's ``sendobj`` (pickled, as mpi4py's), a list in

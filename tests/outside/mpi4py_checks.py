@@ -723,7 +723,7 @@ def test_persistent_collectives():
 def test_alltoallw_with_a_datatype_per_rank():
     """Alltoallw (and Ialltoallw, in flight, and Alltoallw_init): rank j's block in
     a datatype of its own, at displacements in bytes; IN_PLACE; a wrong number of
-    datatypes on one rank fails every rank; a derived datatype is refused."""
+    datatypes on one rank fails every rank."""
     types = [MPI.INT32_T if j % 2 else MPI.DOUBLE for j in range(N)]
     npt = [np.int32 if j % 2 else np.float64 for j in range(N)]
     size = [np.dtype(t).itemsize for t in npt]
@@ -765,10 +765,6 @@ def test_alltoallw_with_a_datatype_per_rank():
                        f"expected {N} datatypes" if R == bad else theirs):
         W.Alltoallw([sbuf, (counts, displs), types + [MPI.INT] if R == bad else types],
                     [rbuf, counts, rdispls, [types[R]] * N])
-    t = MPI.INT.Create_contiguous(2).Commit()
-    with pytest.raises(NotImplementedError, match="derived datatypes"):
-        W.Alltoallw([sbuf, ([1] * N, [0] * N), [t] * N], [rbuf, ([1] * N, [0] * N), [t] * N])
-    t.Free()
     W.Barrier()
 
 
@@ -780,9 +776,11 @@ def test_derived_datatypes():
     persistent sends that read the buffer at each Start, Sendrecv_replace, a 2-d
     decomposition gathered and scattered with a resized subarray type (Gatherv,
     Scatterv, Allgather), the transpose's Alltoall of resized column types (and
-    Ialltoall, unpacked at Wait), Bcast of a struct and Bcast_init; an uncommitted
-    type (ERR_TYPE) and a count reaching past the array are refused before
-    anything moves."""
+    Ialltoall, unpacked at Wait), Bcast of a struct and Bcast_init, a pencil
+    transpose by Alltoallw of subarray types (as mpi4py-fft's), a column halo by
+    Neighbor_alltoallw, a struct of two arrays' addresses over MPI.BOTTOM; an
+    uncommitted type (ERR_TYPE) and a count reaching past
+    the array are refused before anything moves."""
     right, left = (R + 1) % N, (R - 1) % N
     g = np.arange(24, dtype=np.float64).reshape(4, 6) + 100 * R
     col = MPI.DOUBLE.Create_vector(4, 1, 6).Commit()
@@ -859,6 +857,44 @@ def test_derived_datatypes():
     q.Wait()
     q.Free()
     assert g[:, 3].tolist() == [42.0] * 4
+    # a pencil transpose as mpi4py-fft makes it: Alltoallw of one subarray element
+    # per rank, x-slabs of a 2N x 2N grid to y-slabs and back (and Ialltoallw)
+    grid2 = np.arange(4 * N * N, dtype=np.float64).reshape(2 * N, 2 * N)
+    slab = grid2[2 * R:2 * R + 2].copy()
+    xs = [MPI.DOUBLE.Create_subarray([2, 2 * N], [2, 2], [0, 2 * j]).Commit()
+          for j in range(N)]
+    ys = [MPI.DOUBLE.Create_subarray([2 * N, 2], [2, 2], [2 * j, 0]).Commit()
+          for j in range(N)]
+    one = ([1] * N, [0] * N)
+    pencil = np.zeros((2 * N, 2))
+    W.Alltoallw([slab, one, xs], [pencil, one, ys])
+    assert np.array_equal(pencil, grid2[:, 2 * R:2 * R + 2])
+    back = np.zeros_like(slab)
+    W.Ialltoallw([pencil, one, ys], [back, one, xs]).Wait()
+    assert np.array_equal(back, slab)
+    # a halo exchange of columns with Neighbor_alltoallw on a periodic ring: column 1
+    # to the left, column 2 to the right; ghosts 0 and 3 from them
+    ring = W.Create_cart([N], periods=[True])
+    h3 = np.arange(12, dtype=np.float64).reshape(3, 4) + 100 * R
+    c34 = MPI.DOUBLE.Create_vector(3, 1, 4).Commit()
+    ring.Neighbor_alltoallw([h3, ([1, 1], [8, 16]), [c34] * 2], [h3, ([1, 1], [0, 24]), [c34] * 2])
+    assert h3[:, 0].tolist() == (np.arange(3) * 4 + 2 + 100 * left).tolist()
+    assert h3[:, 3].tolist() == (np.arange(3) * 4 + 1 + 100 * right).tolist()
+    ring.Free()
+    for t in xs + ys + [c34]:
+        t.Free()
+    # MPI.BOTTOM: a struct of the addresses of two arrays, sent and received whole
+    ints, reals = np.arange(3, dtype=np.int32) + 10 * R, np.arange(2.0) + R
+    addr = MPI.Datatype.Create_struct([3, 2], [MPI.Get_address(ints), MPI.Get_address(reals)],
+                                      [MPI.INT32_T, MPI.DOUBLE]).Commit()
+    got_i, got_r = np.zeros(3, np.int32), np.zeros(2)
+    into = MPI.Datatype.Create_struct([3, 2], [MPI.Get_address(got_i), MPI.Get_address(got_r)],
+                                      [MPI.INT32_T, MPI.DOUBLE]).Commit()
+    W.Sendrecv([MPI.BOTTOM, 1, addr], right, 13, [MPI.BOTTOM, 1, into], left, 13)
+    assert got_i.tolist() == (np.arange(3) + 10 * left).tolist()
+    assert got_r.tolist() == (np.arange(2.0) + left).tolist()
+    addr.Free()
+    into.Free()
     loose = MPI.DOUBLE.Create_vector(4, 1, 6)
     with pytest.raises(MPI.Exception) as e:
         W.Send([g, 1, loose], right, 5)

@@ -325,8 +325,8 @@ def predefined(dtype, name, which) -> np.dtype:
         raise NotImplementedError(
             f"{name}: derived datatypes are emulated in point to point, the "
             f"collectives that move data (Bcast, Gather[v], Scatter[v], Allgather[v], "
-            f"Alltoall[v,w]) and Neighbor_alltoallw, not in reductions or the other "
-            f"neighbourhood collectives; got a derived datatype{which} {dtype!r}")
+            f"Alltoall[v,w]) and Neighbor_alltoallw, not in the other neighbourhood "
+            f"collectives; got a derived datatype{which} {dtype!r}")
     return to_numpy_dtype(dtype)
 
 

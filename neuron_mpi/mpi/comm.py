@@ -15,7 +15,7 @@ from ..errors import InvalidArgumentError
 from ..tagged import Barrier, Tagged
 from .attrs import Attributes
 from .buffers import Msg, WSpec, as_bytes, is_in_place, place, real_parts
-from .datatypes import derived
+from .datatypes import derived, is_derived
 from .objects import Objects
 from .p2p import PointToPoint
 from .persistent import COLLECTIVES, NEIGHBOURHOOD, add_persistent
@@ -95,6 +95,26 @@ def _agreed(fn):
             if getattr(e, "agreed", False):
                 raise
             self._c.refuse(fn.__name__, e)
+    return wrapper
+
+
+def _no_derived(fn):
+    """A reduction, whose buffers may not name derived datatypes: with a predefined
+    op, MPI.Exception(ERR_OP), as the Open MPI underneath raises (it reduces
+    predefined datatypes only, a Dup of one included); with a user's op,
+    NotImplementedError (its function would need the type's own layout)."""
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        for v in (*args, *kwargs.values()):
+            if isinstance(v, (tuple, list)) and is_derived(v):
+                op = kwargs.get("op", next((a for a in args if isinstance(a, _MPI.Op)),
+                                           _MPI.SUM))
+                if isinstance(op, _MPI.Op) and not op.is_predefined:
+                    raise NotImplementedError(
+                        "op: a user's op over a derived datatype is not emulated")
+                raise MPIError("op: a predefined op over a derived datatype (the MPI "
+                               "underneath reduces predefined datatypes only)", _MPI.ERR_OP)
+        return fn(self, *args, **kwargs)
     return wrapper
 
 
@@ -490,6 +510,7 @@ class Comm(Objects, PointToPoint, Attributes):
         return self._c.broadcast(b, root, out=out, async_op=async_op)
 
     @_agreed
+    @_no_derived
     def Allreduce(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
         self._allreduce(sendbuf, recvbuf, op, False)
 
@@ -502,6 +523,7 @@ class Comm(Objects, PointToPoint, Attributes):
                                  async_op=async_op)
 
     @_agreed
+    @_no_derived
     def Reduce(self, sendbuf, recvbuf, op=_MPI.SUM, root=0) -> None:
         self._reduce(sendbuf, recvbuf, op, root, False)
 
@@ -519,6 +541,7 @@ class Comm(Objects, PointToPoint, Attributes):
                                  async_op=async_op)
 
     @_agreed
+    @_no_derived
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
         self._reduce_scatter_block(sendbuf, recvbuf, op, False)
 
@@ -536,6 +559,7 @@ class Comm(Objects, PointToPoint, Attributes):
                                  counts=[out.size] * n, async_op=async_op)
 
     @_agreed
+    @_no_derived
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_MPI.SUM) -> None:
         self._reduce_scatter(sendbuf, recvbuf, recvcounts, op, False)
 
@@ -561,6 +585,7 @@ class Comm(Objects, PointToPoint, Attributes):
                                  counts=counts, async_op=async_op)
 
     @_agreed
+    @_no_derived
     def Scan(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
         self._scan(sendbuf, recvbuf, op, False)
 
@@ -572,6 +597,7 @@ class Comm(Objects, PointToPoint, Attributes):
                                  async_op=async_op)
 
     @_agreed
+    @_no_derived
     def Exscan(self, sendbuf, recvbuf, op=_MPI.SUM) -> None:
         self._exscan(sendbuf, recvbuf, op, False)
 
@@ -821,22 +847,27 @@ class Comm(Objects, PointToPoint, Attributes):
         return started(self._bcast(buf, root, True))
 
     @_agreed
+    @_no_derived
     def Iallreduce(self, sendbuf, recvbuf, op=_MPI.SUM) -> Request:
         return started(self._allreduce(sendbuf, recvbuf, op, True))
 
     @_agreed
+    @_no_derived
     def Ireduce(self, sendbuf, recvbuf, op=_MPI.SUM, root=0) -> Request:
         return started(self._reduce(sendbuf, recvbuf, op, root, True))
 
     @_agreed
+    @_no_derived
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=_MPI.SUM) -> Request:
         return started(self._reduce_scatter_block(sendbuf, recvbuf, op, True))
 
     @_agreed
+    @_no_derived
     def Iscan(self, sendbuf, recvbuf, op=_MPI.SUM) -> Request:
         return started(self._scan(sendbuf, recvbuf, op, True))
 
     @_agreed
+    @_no_derived
     def Iexscan(self, sendbuf, recvbuf, op=_MPI.SUM) -> Request:
         return started(self._exscan(sendbuf, recvbuf, op, True))
 
@@ -875,6 +906,7 @@ class Comm(Objects, PointToPoint, Attributes):
         return started(*self._alltoallw(sendbuf, recvbuf, True))
 
     @_agreed
+    @_no_derived
     def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_MPI.SUM) -> Request:
         """In flight; without ``recvcounts``, the members' recvbuf sizes are learnt at
         the call first (as mpi4py does)."""

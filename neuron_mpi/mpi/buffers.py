@@ -265,7 +265,7 @@ class WSpec:
                             f"{type(types).__name__}") from None
         if len(types) != blocks:
             raise InvalidArgumentError(f"{name}: expected {blocks} datatypes, got {len(types)}")
-        bottom = buf is _MPI.BOTTOM  # (displacements: addresses, MPI.Get_address)
+        bottom = buf is _MPI.BOTTOM or buf is None  # (displacements: addresses)
         lays = [layout(t, name) if is_derived_type(t) else None for t in types]
         items = [predefined(t, name, f" {k}").itemsize if lay is None else 0
                  for k, (t, lay) in enumerate(zip(types, lays))]
@@ -284,7 +284,7 @@ class WSpec:
         for k, (lay, i, c, d) in enumerate(zip(lays, items, counts, displs)):
             if lay is not None:
                 lo, hi = lay.reach(c, origin + d)
-                if c < 0 or d < 0 and not bottom or lo < 0 or hi > whole_.size:
+                if c < 0 or c and (lo < 0 or hi > whole_.size):
                     raise InvalidArgumentError(
                         f"{name}: block {k} ({c} elements of a derived datatype at byte "
                         f"{d}) reaches outside the buffer's memory")
@@ -292,12 +292,13 @@ class WSpec:
             else:
                 n = c * i
                 at = origin + d if bottom else d  # (in whole_, in the view b)
-                if c < 0 or at < 0 or at + n > (whole_.size if bottom else b.size):
+                if c < 0 or n and (at < 0 or at + n > (whole_.size if bottom else b.size)):
                     raise InvalidArgumentError(
                         f"{name}: block {k} ({c} elements at byte {d}) is outside the "
                         f"buffer's {b.size} bytes")
                 self.blocks.append((None, c, origin + d, n))
         self.sizes = [n for *_, n in self.blocks]
+        self.derived = any(lays)
 
     def parts(self) -> list:
         return [self.whole[d:d + n] if lay is None else lay.pack(self.whole, c, d)

@@ -69,6 +69,9 @@ def _mpi_type(dt: np.dtype, op):
     global _PAIRS
     from mpi4py.util.dtlib import to_numpy_dtype
 
+    if not dt.isnative:
+        raise NotImplementedError(f"op: {op!r} on elements of byte order {dt.byteorder!r} "
+                                  "(not this machine's) is not emulated")
     t = None if dt.fields else _MPI._typedict.get(dt.char)
     if t is None and dt.fields:
         if _PAIRS is None:

@@ -7,11 +7,14 @@ order, as MPI_Pack lays them out. The sender packs, the receiver unpacks into it
 own layout, so a column sent as a vector type may be received as contiguous
 doubles, as MPI allows for matching signatures.
 
-The typemap is read from the real MPI once per datatype, by packing one element of
-it over a probe region whose bytes spell their own offsets: ``Layout.map[p]`` is
-the offset (from the buffer's start) of packed byte ``p``. Packing and unpacking
-are then numpy copies: one strided 2-d copy per contiguous run of the map, or a
-gather through an index array when the runs are many.
+The typemap is read once per datatype (kept as an attribute of it, which the MPI
+underneath drops when the type is freed): decoded from its combiner
+(MPI_Type_get_contents) down to the named types as contiguous runs of bytes, or,
+for what is not decoded (darray, named types with gaps), by packing one element
+with the real MPI_Pack over a probe region whose bytes spell their own offsets.
+Packing and unpacking are then numpy copies: one strided 2-d copy per contiguous
+run, or a gather through an index array (``Layout.map[p]``: the offset of packed
+byte ``p``) when the runs are many.
 
 ``lower(spec, name, kind, size)`` turns a spec with a derived datatype into one with
 the packed bytes and a predefined element type (the signature's own when all its
@@ -36,23 +39,36 @@ RUNS = 32
 
 class Layout:
     """The typemap of a committed derived datatype: ``size`` packed bytes per element,
-    ``extent`` bytes between elements, ``map`` the offset of each packed byte,
-    ``runs`` its contiguous stretches (packed position, offset, length), ``base``
-    the numpy type of its elements (bytes when they differ)."""
+    ``extent`` bytes between elements, its contiguous runs of bytes in typemap order
+    (``off``, ``ln``: offsets from the buffer's start and lengths; ``runs``: with
+    their packed positions, when few), ``map`` the offset of each packed byte (made
+    when first needed), ``base`` the numpy type of its elements (bytes when they
+    differ)."""
 
     def __init__(self, t, name: str):
         self.size, self.extent = int(t.Get_size()), int(t.Get_extent()[1])
         if self.extent <= 0:
             raise NotImplementedError(
                 f"{name}: a derived datatype of extent {self.extent} is not emulated")
-        self.map = _typemap(t, name, self.size, self.extent)
-        self.lo = int(self.map.min()) if self.size else 0
-        self.hi = int(self.map.max()) + 1 if self.size else 0
-        cut = np.flatnonzero(np.diff(self.map) != 1) + 1
-        starts = np.concatenate([[0], cut]) if self.size else np.empty(0, np.int64)
-        ends = np.concatenate([cut, [self.size]]) if self.size else starts
-        self.runs = [(int(s), int(self.map[s]), int(e - s)) for s, e in zip(starts, ends)]
+        _committed(t, name)
+        off, ln = _runs(t, name)
+        if int(ln.sum()) != self.size:  # (a decoding this module got wrong: ask MPI)
+            off, ln = _probe_runs(t, name, self.size, self.extent)
+        self.off, self.ln = off, ln
+        self.pos = np.concatenate([[0], np.cumsum(ln)[:-1]]).astype(np.int64) if ln.size \
+            else np.empty(0, np.int64)
+        self.lo = int(off.min()) if ln.size else 0
+        self.hi = int((off + ln).max()) if ln.size else 0
+        self.runs = [(int(p), int(o), int(n)) for p, o, n in zip(self.pos, off, ln)] \
+            if ln.size <= RUNS else None
+        self._map = None
         self.base = _element(t, self.size)
+
+    @property
+    def map(self) -> np.ndarray:
+        if self._map is None:
+            self._map = np.repeat(self.off - self.pos, self.ln) + np.arange(self.size)
+        return self._map
 
     def reach(self, count: int, start: int) -> tuple[int, int]:
         """The bytes [lo, hi) that ``count`` elements from byte ``start`` touch."""
@@ -74,24 +90,128 @@ class Layout:
         """``count`` elements from byte ``start`` of ``b`` (bytes), packed."""
         out = np.empty((count, self.size), np.uint8)
         if count and self.size:
-            if len(self.runs) <= RUNS:
+            if self.runs is not None:
                 for p, n, v in self._views(b, count, start, False):
                     out[:, p:p + n] = v
             else:
                 out.reshape(-1)[:] = b[self._index(count, start)]
         return out.reshape(-1)
 
-    def unpack(self, packed: np.ndarray, b: np.ndarray, count: int, start: int) -> None:
+    def unpack(self, packed: np.ndarray, b: np.ndarray, count: int, start: int,
+               tail: int = 0) -> None:
         """The first ``count`` packed elements of ``packed`` into ``b`` from byte
-        ``start``."""
-        if not count or not self.size:
-            return
-        rows = packed[:count * self.size].reshape(count, self.size)
-        if len(self.runs) <= RUNS:
-            for p, n, v in self._views(b, count, start, True):
-                v[...] = rows[:, p:p + n]
-        else:
-            b[self._index(count, start)] = rows.reshape(-1)
+        ``start``, and ``tail`` bytes of the next (a receive that ended inside it:
+        MPI places the basic elements that came)."""
+        if count and self.size:
+            rows = packed[:count * self.size].reshape(count, self.size)
+            if self.runs is not None:
+                for p, n, v in self._views(b, count, start, True):
+                    v[...] = rows[:, p:p + n]
+            else:
+                b[self._index(count, start)] = rows.reshape(-1)
+        if tail:
+            at = start + count * self.extent + self.map[:tail]
+            b[at] = packed[count * self.size:count * self.size + tail]
+
+
+def _committed(t, name: str) -> None:
+    """MPI.Exception(ERR_TYPE) naming the argument if ``t`` is not committed (the
+    real MPI_Pack of no element refuses it)."""
+    try:
+        t.Pack(np.empty(0, np.uint8), np.empty(0, np.uint8), 0, _MPI.COMM_SELF)
+    except _MPI.Exception as e:
+        if e.Get_error_class() == _MPI.ERR_TYPE:
+            from .requests import MPIError
+
+            raise MPIError(f"{name}: the derived datatype is not committed (call its "
+                           "Commit() before using it in a message)", _MPI.ERR_TYPE) from None
+        raise
+
+
+#: the largest true extent whose typemap a probe of MPI_Pack reads (the combiners
+#: _runs does not decode: darray, named types with gaps)
+PROBE_MAX = 1 << 26
+
+
+def _runs(t, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, lengths) of the contiguous byte runs of one element of ``t``, in
+    typemap order, decoded from its combiner (MPI_Type_get_contents) down to the
+    named types; what it does not decode is read by a probe of MPI_Pack."""
+    if t.is_predefined:
+        size = int(t.Get_size())
+        if tuple(t.Get_true_extent()) == (0, size):  # (no gaps: one run)
+            return np.zeros(1, np.int64), np.full(1, size, np.int64)
+        return _probe_runs(t, name, size, int(t.Get_extent()[1]))
+    base, comb, p = t.decode()
+    subs = p.get("datatypes") or [base]
+    try:
+        if comb == "STRUCT":
+            off, ln = [], []
+            for k, (n, d, s) in enumerate(zip(p["blocklengths"], p["displacements"], subs)):
+                o, l = _runs(s, name)
+                shifts = d + np.arange(n, dtype=np.int64) * int(s.Get_extent()[1])
+                off.append((shifts[:, None] + o[None, :]).reshape(-1))
+                ln.append(np.tile(l, n))
+            return _merged(np.concatenate(off) if off else np.empty(0, np.int64),
+                           np.concatenate(ln) if ln else np.empty(0, np.int64))
+        e = int(base.Get_extent()[1])
+        i64 = np.int64
+        if comb in ("DUP", "RESIZED"):
+            shifts = np.zeros(1, i64)
+        elif comb == "CONTIGUOUS":
+            shifts = np.arange(p["count"], dtype=i64) * e
+        elif comb in ("VECTOR", "HVECTOR"):
+            step = p["stride"] * (e if comb == "VECTOR" else 1)
+            shifts = (np.arange(p["count"], dtype=i64)[:, None] * step +
+                      np.arange(p["blocklength"], dtype=i64)[None, :] * e).reshape(-1)
+        elif comb in ("INDEXED", "HINDEXED", "INDEXED_BLOCK", "HINDEXED_BLOCK"):
+            unit = e if comb in ("INDEXED", "INDEXED_BLOCK") else 1
+            lens = p.get("blocklengths") or [p["blocklength"]] * len(p["displacements"])
+            shifts = np.concatenate(
+                [d * unit + np.arange(n, dtype=i64) * e
+                 for n, d in zip(lens, p["displacements"])] or [np.empty(0, i64)])
+        elif comb == "SUBARRAY":
+            sizes, sub, st = p["sizes"], p["subsizes"], p["starts"]
+            dims = range(len(sizes))
+            if p["order"] == _MPI.ORDER_FORTRAN:  # (the first dimension fastest)
+                sizes, sub, st = sizes[::-1], sub[::-1], st[::-1]
+            strides = [int(np.prod(sizes[d + 1:], dtype=i64)) * e for d in dims]
+            shifts = np.zeros(1, i64)
+            for d in dims:  # (the last dimension fastest)
+                shifts = (shifts[:, None] + ((st[d] + np.arange(sub[d], dtype=i64)) *
+                                             strides[d])[None, :]).reshape(-1)
+        else:  # DARRAY and the rest: ask MPI
+            return _probe_runs(t, name, int(t.Get_size()), int(t.Get_extent()[1]))
+        o, l = _runs(base, name)
+        return _merged((shifts[:, None] + o[None, :]).reshape(-1), np.tile(l, shifts.size))
+    finally:
+        for s in subs:
+            if not s.is_predefined:
+                s.Free()  # (MPI_Type_get_contents' new handle)
+
+
+def _merged(off: np.ndarray, ln: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Runs that continue one another joined; empty ones dropped."""
+    keep = ln > 0
+    off, ln = off[keep], ln[keep]
+    if off.size < 2:
+        return off, ln
+    new = np.concatenate([[True], off[1:] != off[:-1] + ln[:-1]])
+    at = np.flatnonzero(new)
+    return off[at], np.add.reduceat(ln, at)
+
+
+def _probe_runs(t, name: str, size: int, extent: int) -> tuple[np.ndarray, np.ndarray]:
+    true_extent = int(t.Get_true_extent()[1])
+    if true_extent > PROBE_MAX:
+        raise NotImplementedError(
+            f"{name}: a datatype of this combiner spanning {true_extent} bytes is not "
+            "emulated")
+    m = _typemap(t, name, size, extent)
+    if not m.size:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    at = np.flatnonzero(np.concatenate([[True], m[1:] != m[:-1] + 1]))
+    return m[at], np.diff(np.concatenate([at, [m.size]]))
 
 
 def _typemap(t, name: str, size: int, extent: int) -> np.ndarray:
@@ -191,18 +311,19 @@ def is_derived_type(t) -> bool:
     return isinstance(t, _MPI.Datatype) and not t.is_predefined and t != _MPI.DATATYPE_NULL
 
 
-_LAYOUTS: dict = {}
+_KEYVAL = None
 
 
 def layout(t, name: str) -> Layout:
-    """The Layout of ``t``, kept per datatype (its handle, size and extents: a freed
-    handle reused by another type gets its own)."""
-    key = (t.py2f(), t.Get_size(), t.Get_extent(), t.Get_true_extent())
-    got = _LAYOUTS.get(key)
+    """The Layout of ``t``, kept as an attribute of the datatype (the MPI underneath
+    drops it when the type is freed, and a Dup does not copy it)."""
+    global _KEYVAL
+    if _KEYVAL is None:
+        _KEYVAL = _MPI.Datatype.Create_keyval()
+    got = t.Get_attr(_KEYVAL)
     if got is None:
-        if len(_LAYOUTS) > 256:
-            _LAYOUTS.clear()
-        got = _LAYOUTS[key] = Layout(t, name)
+        got = Layout(t, name)
+        t.Set_attr(_KEYVAL, got)
     return got
 
 
@@ -222,7 +343,8 @@ def lower(spec, name: str, kind: str, size: int, writeable: bool = False,
             f"displacement(s), datatype), got {len(items)} items")
     buf, t = items[0], items[-1]
     lay = layout(t, name)
-    bottom = buf is _MPI.BOTTOM  # (the type's displacements are addresses)
+    bottom = buf is _MPI.BOTTOM or buf is None  # (displacements: addresses; None is
+    # MPI.BOTTOM to mpi4py)
     b, origin = (np.empty(0, np.uint8), 0) if bottom else memory(buf, name)
     if writeable and not b.flags.writeable:
         raise InvalidArgumentError(f"{name}: expected a writeable buffer, got a read-only one")
@@ -238,7 +360,13 @@ def lower(spec, name: str, kind: str, size: int, writeable: bool = False,
                     f"{name}: expected (count(s), displacement(s)), got {c!r}")
             c, d = c
     k = lay.size // lay.base.itemsize  # (packed elements of the base type per element)
-    fits = (b.size - origin) // lay.extent  # (the elements a count left out means)
+    # (a count left out: the elements the view passed holds, as mpi4py infers it)
+    held = 0 if bottom else array_of(buf, name).nbytes
+    if c is None and held % lay.extent:
+        raise InvalidArgumentError(
+            f"{name}: cannot infer the count: {held} bytes are not a whole number of "
+            f"the datatype's extent, {lay.extent} bytes")
+    fits = held // lay.extent
     if kind == "v":
         counts, displs = spread(_ints(c, name, "counts"), _ints(d, name, "displs"),
                                 fits, size, name)
@@ -257,7 +385,7 @@ def lower(spec, name: str, kind: str, size: int, writeable: bool = False,
         b, origin = addressed([lay.reach(cj, dj * lay.extent) for cj, dj in zip(counts, displs)])
     for j, (cj, dj) in enumerate(zip(counts, displs)):
         lo, hi = lay.reach(cj, origin + dj * lay.extent)
-        if cj < 0 or dj < 0 or lo < 0 or hi > b.size:
+        if cj < 0 or cj and (lo < 0 or hi > b.size):  # (a displacement may be < 0)
             what = f"block {j} ({cj} elements at displacement {dj})" if kind != "whole" \
                 else f"{cj} elements"
             raise InvalidArgumentError(
@@ -278,24 +406,27 @@ def lower(spec, name: str, kind: str, size: int, writeable: bool = False,
         new = (a, ([cj * k for cj in counts], None), lay.base)
 
     def settle(nbytes=None):
-        """Unpack into the user's buffer (``nbytes``: only the elements of the first
-        nbytes packed bytes, those a receive took)."""
+        """Unpack into the user's buffer (``nbytes``: only the first nbytes packed
+        bytes, those a receive took, a last element in part as MPI places it)."""
         off = 0
-        left = None if nbytes is None else nbytes // lay.size if lay.size else 0
+        left = None if nbytes is None else nbytes  # (bytes still to place)
         for cj, dj in zip(counts, displs):
-            m = cj if left is None else min(cj, left)
-            lay.unpack(packed[off:], b, m, origin + dj * lay.extent)
-            off += cj * lay.size
+            m, tail = cj, 0
             if left is not None:
-                left -= m
+                m = min(cj, left // lay.size) if lay.size else 0
+                tail = left - m * lay.size if m < cj else 0
+                left -= m * lay.size + tail
+            lay.unpack(packed[off:], b, m, origin + dj * lay.extent, tail)
+            off += cj * lay.size
     return new, settle
 
 
 
-def outgoing(buf, name: str) -> np.ndarray:
-    """A send's bytes: the buffer's own (a view), or a derived datatype's packed."""
+def outgoing(buf, name: str, fill: bool = True) -> np.ndarray:
+    """A send's bytes: the buffer's own (a view), or a derived datatype's packed
+    (``fill`` False: only checked, as a persistent send's at its init)."""
     if is_derived(buf):
-        return as_bytes(lower(buf, name, "whole", 1)[0][0])
+        return as_bytes(lower(buf, name, "whole", 1, fill=fill)[0][0])
     return as_bytes(Msg(buf, name).elems())
 
 

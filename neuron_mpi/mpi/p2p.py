@@ -176,7 +176,7 @@ class PointToPoint:
         tag = send_tag(tag)
         if dest == _MPI.PROC_NULL:
             return Prequest(lambda req: None)
-        outgoing(buf, "buf")  # (checked now; each Start reads the buffer again)
+        outgoing(buf, "buf", fill=False)  # (checked now; each Start reads the buffer)
 
         def start(req):
             number = self._t.send(outgoing(buf, "buf"), dest, tag, sync)

@@ -210,6 +210,9 @@ class _Neighbourhood:
         sources, dests = self._inout()
         s = WSpec(sendbuf, "sendbuf", len(dests))
         r = WSpec(recvbuf, "recvbuf", len(sources), writeable=True)
+        if not r.derived:  # (straight into the buffer)
+            return self._swap(s.parts(), r.whole, r.sizes, [d for *_, d, _ in r.blocks],
+                              async_op)
         got = np.empty(sum(r.sizes), np.uint8)  # (the blocks packed, in order)
         h, place = self._swap(s.parts(), got, r.sizes,
                               [int(v) for v in np.cumsum([0] + r.sizes[:-1])], async_op)

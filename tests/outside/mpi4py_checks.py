@@ -780,8 +780,8 @@ def test_derived_datatypes():
     Scatterv, Allgather), the transpose's Alltoall of resized column types (and
     Ialltoall, unpacked at Wait), Bcast of a struct and Bcast_init, a pencil
     transpose by Alltoallw of subarray types (as mpi4py-fft's), a column halo by
-    Neighbor_alltoallw, a struct of two arrays' addresses over MPI.BOTTOM; an
-    uncommitted type (ERR_TYPE) and a count reaching past
+    Neighbor_alltoallw, a struct of two arrays' addresses over MPI.BOTTOM, a
+    receive ending inside an element; an uncommitted type (ERR_TYPE) and a count reaching past
     the array are refused before anything moves."""
     right, left = (R + 1) % N, (R - 1) % N
     g = np.arange(24, dtype=np.float64).reshape(4, 6) + 100 * R
@@ -885,6 +885,17 @@ def test_derived_datatypes():
     ring.Free()
     for t in xs + ys + [c34]:
         t.Free()
+    # a message ending inside an element: the basic elements that came are placed
+    if N > 1 and R < 2:
+        pairs = MPI.DOUBLE.Create_vector(2, 1, 2).Commit()
+        if R == 0:
+            W.Send(np.array([7.0, 8.0, 9.0]), 1, 17)
+        else:
+            part = np.full(6, -1.0)
+            st = MPI.Status()
+            W.Irecv([part, 2, pairs], 0, 17).Wait(st)
+            assert part.tolist() == [7, -1, 8, 9, -1, -1] and st.Get_count(MPI.DOUBLE) == 3
+        pairs.Free()
     # MPI.BOTTOM: a struct of the addresses of two arrays, sent and received whole
     ints, reals = np.arange(3, dtype=np.int32) + 10 * R, np.arange(2.0) + R
     addr = MPI.Datatype.Create_struct([3, 2], [MPI.Get_address(ints), MPI.Get_address(reals)],
@@ -892,7 +903,8 @@ def test_derived_datatypes():
     got_i, got_r = np.zeros(3, np.int32), np.zeros(2)
     into = MPI.Datatype.Create_struct([3, 2], [MPI.Get_address(got_i), MPI.Get_address(got_r)],
                                       [MPI.INT32_T, MPI.DOUBLE]).Commit()
-    W.Sendrecv([MPI.BOTTOM, 1, addr], right, 13, [MPI.BOTTOM, 1, into], left, 13)
+    W.Sendrecv([MPI.BOTTOM, 1, addr], right, 13, [None, 1, into], left, 13)  # (None:
+    # MPI.BOTTOM, as mpi4py reads it)
     assert got_i.tolist() == (np.arange(3) + 10 * left).tolist()
     assert got_r.tolist() == (np.arange(2.0) + left).tolist()
     addr.Free()
@@ -914,7 +926,8 @@ def test_derived_typemaps_pack_as_the_mpi_underneath_does():
     MPI_Unpack's buffer, for each combiner (vector, hvector, indexed, struct,
     subarray in C and Fortran order, darray, resized, a negative lower bound, x87
     long doubles that Open MPI packs 10 bytes of), with the runs copied one by one
-    and through an index array."""
+    and through an index array; a freed type's handle reused by another gets the
+    new typemap; a sparse type's typemap is decoded, not probed over its span."""
     from neuron_mpi.mpi import datatypes as D
 
     real_self = D._MPI.COMM_SELF  # (the real mpi4py's, which its Pack takes)
@@ -927,24 +940,27 @@ def test_derived_typemaps_pack_as_the_mpi_underneath_does():
                                       [MPI.DISTRIBUTE_DFLT_DARG] * 2, [1, 2]),
              MPI.DOUBLE.Create_vector(4, 1, 4).Create_resized(0, 8),
              MPI.DOUBLE.Create_hindexed([1, 1], [-8, 16]),
-             MPI.LONG_DOUBLE.Create_vector(2, 1, 3)]
+             MPI.LONG_DOUBLE.Create_vector(2, 1, 3),
+             MPI.LONG_DOUBLE.Create_darray(2, 1, [4], [MPI.DISTRIBUTE_CYCLIC], [1], [2])]
+    doubles80 = types[-2:]  # (long doubles: Open MPI packs 10 bytes of 16)
     rng = np.random.default_rng(R)
     runs = D.RUNS
     try:
         for t in types:
             t.Commit()
-            lay = D.layout(t, "buf")
+            ext = t.Get_extent()[1]
             for count in (1, 3):
                 start = 16
-                src = rng.integers(0, 256, start + lay.extent * count + 256, dtype=np.uint8)
+                src = rng.integers(0, 256, start + ext * count + 256, dtype=np.uint8)
                 want = np.zeros(t.Get_size() * count, np.uint8)
-                t.Pack(src[start:start + lay.extent * count], want, 0, real_self)
+                t.Pack(src[start:start + ext * count], want, 0, real_self)
                 for D.RUNS in (runs, 0):
+                    lay = D.Layout(t, "buf")  # (RUNS 0: through the index array)
                     got = lay.pack(src, count, start)
                     mine, theirs = np.zeros_like(src), np.zeros_like(src)
                     lay.unpack(got, mine, count, start)
                     t.Unpack(want, 0, theirs[start:start + lay.extent * count], real_self)
-                    if t is types[-1]:  # (long doubles: Open MPI packs 10 bytes of 16)
+                    if t in doubles80:
                         keep = np.tile(np.arange(16) < 10, want.size // 16)
                         at = (start + np.arange(count)[:, None] * lay.extent +
                               lay.map[None, :]).reshape(-1)[keep]
@@ -953,11 +969,22 @@ def test_derived_typemaps_pack_as_the_mpi_underneath_does():
                     else:
                         assert np.array_equal(got, want), t.decode()[1]
                         assert np.array_equal(mine, theirs), t.decode()[1]
-            if t is types[-1]:  # (the 6 bytes not packed travel as the padding they are)
-                assert [n for _, _, n in lay.runs] == [16, 16], lay.runs
+            if t is types[-1]:  # (read by a probe: the 6 bytes MPI_Pack leaves travel
+                # as the padding they are, one run of each element)
+                assert D.Layout(t, "buf").ln.tolist() == [16, 16]
             t.Free()
     finally:
         D.RUNS = runs
+    # a type freed and another made in its handle: the new one's typemap, not a kept one
+    x = np.arange(4.0)
+    for shape in ([0, 1, 3], [0, 2, 3]):
+        t = MPI.DOUBLE.Create_indexed([1, 1, 1], shape).Commit()
+        assert D.lower([x, 1, t], "buf", "whole", 1)[0][0].tolist() == x[shape].tolist()
+        t.Free()
+    # a sparse type (4 doubles 8 MB apart) is decoded, not probed over its span
+    far = MPI.DOUBLE.Create_vector(4, 1, 1 << 20).Commit()
+    assert D.layout(far, "buf").ln.tolist() == [8] * 4
+    far.Free()
 
 
 def test_attributes_and_what_windows_say():

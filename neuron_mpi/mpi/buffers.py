@@ -324,10 +324,9 @@ def predefined(dtype, name, which) -> np.dtype:
             f"{name}: expected an MPI datatype{which}, got {type(dtype).__name__}")
     if not dtype.is_predefined:
         raise NotImplementedError(
-            f"{name}: derived datatypes are emulated in point to point, the "
-            f"collectives that move data (Bcast, Gather[v], Scatter[v], Allgather[v], "
-            f"Alltoall[v,w]) and Neighbor_alltoallw, not in the other neighbourhood "
-            f"collectives; got a derived datatype{which} {dtype!r}")
+            f"{name}: derived datatypes are emulated in point to point and the "
+            f"collectives that move data, not here; got a derived datatype{which} "
+            f"{dtype!r}")
     return to_numpy_dtype(dtype)
 
 

@@ -997,10 +997,20 @@ class Distgraphcomm(_DistGraph, Comm):
 
 # (a buffer error one rank finds fails the others' all-to-all-v too): the
 # neighbourhood collectives on buffers, each I form and its blocking one
+# (derived datatypes: blocks per in- or out-neighbour; the -w forms read theirs
+# themselves, buffers.WSpec)
+_NEIGHBOUR_SPECS = {
+    "allgather": dict(sendbuf=("send", "whole"), recvbuf=("recv", "block", "in")),
+    "allgatherv": dict(sendbuf=("send", "whole"), recvbuf=("recv", "v", "in")),
+    "alltoall": dict(sendbuf=("send", "block", "out"), recvbuf=("recv", "block", "in")),
+    "alltoallv": dict(sendbuf=("send", "v", "out"), recvbuf=("recv", "v", "in")),
+    "alltoallw": {}}
 for _cls, _base in ((Cartcomm, _Grid), (Graphcomm, _Graph), (Distgraphcomm, _DistGraph)):
     for _name in NEIGHBOURHOOD + tuple(n[1].upper() + n[2:] for n in NEIGHBOURHOOD):
-        setattr(_cls, _name, _agreed(getattr(_base, _name)))
-del _cls, _base, _name
+        _fn = getattr(_base, _name)
+        _specs = _NEIGHBOUR_SPECS[_name.rsplit("_", 1)[1]]
+        setattr(_cls, _name, _agreed(derived(**_specs)(_fn) if _specs else _fn))
+del _cls, _base, _name, _fn, _specs
 
 
 def _named(key: str, same: bool) -> Comm:

@@ -343,8 +343,7 @@ def lower(spec, name: str, kind: str, size: int, writeable: bool = False,
             f"displacement(s), datatype), got {len(items)} items")
     buf, t = items[0], items[-1]
     lay = layout(t, name)
-    bottom = buf is _MPI.BOTTOM or buf is None  # (displacements: addresses; None is
-    # MPI.BOTTOM to mpi4py)
+    bottom = buf is _MPI.BOTTOM  # (the type's displacements are addresses)
     b, origin = (np.empty(0, np.uint8), 0) if bottom else memory(buf, name)
     if writeable and not b.flags.writeable:
         raise InvalidArgumentError(f"{name}: expected a writeable buffer, got a read-only one")
@@ -373,7 +372,9 @@ def lower(spec, name: str, kind: str, size: int, writeable: bool = False,
     else:
         n = fits if c is None else whole(c, name, "count")
         start = 0 if d is None else whole(d, name, "displacement") * lay.extent
-        if kind == "block":
+        if kind == "block" and not size:  # (no neighbours)
+            counts, displs = [], []
+        elif kind == "block":
             if c is None and n % size:
                 raise InvalidArgumentError(
                     f"{name}: {n} elements do not divide evenly among {size} processes")
@@ -450,7 +451,8 @@ ROLES = ("send", "recv", "root-send", "root-recv", "bcast")
 
 def derived(**arguments):
     """A collective method whose buffer ``arguments`` (name -> (role, kind): ROLES,
-    lower's kinds) may name derived datatypes: each such spec is lowered to its
+    lower's kinds; or (role, kind, "in" / "out"): blocks per in- or out-neighbour of
+    a topology, not per process) may name derived datatypes: each such spec is lowered to its
     packed bytes before the method runs, and what the call wrote is unpacked into
     the user's buffer after it (a blocking call's at its return, an I-call's at its
     Wait). Calls without a derived datatype run as they are."""
@@ -474,12 +476,13 @@ def derived(**arguments):
             c = self._c
             root = bound.arguments.get("root")
             settles = []
-            for name, (role, kind) in arguments.items():
+            for name, (role, kind, *over) in arguments.items():
                 spec = bound.arguments[name]
                 if not is_derived(spec) or role.startswith("root-") and c.rank != root:
                     continue
                 writes = role in ("recv", "root-recv") or role == "bcast" and c.rank != root
-                bound.arguments[name], settle = lower(spec, name, kind, c.size, writes)
+                n = len(self._inout()[over[0] == "out"]) if over else c.size
+                bound.arguments[name], settle = lower(spec, name, kind, n, writes)
                 if writes:
                     settles.append(settle)
             res = fn(*bound.args, **bound.kwargs)

@@ -780,9 +780,10 @@ def test_derived_datatypes():
     Scatterv, Allgather), the transpose's Alltoall of resized column types (and
     Ialltoall, unpacked at Wait), Bcast of a struct and Bcast_init, a pencil
     transpose by Alltoallw of subarray types (as mpi4py-fft's), a column halo by
-    Neighbor_alltoallw, a struct of two arrays' addresses over MPI.BOTTOM, a
-    receive ending inside an element; an uncommitted type (ERR_TYPE) and a count reaching past
-    the array are refused before anything moves."""
+    Neighbor_alltoallw and the other neighbourhood collectives, a struct of two
+    arrays' addresses over MPI.BOTTOM, a receive ending inside an element; an
+    uncommitted type (ERR_TYPE) and a count reaching past the array are refused
+    before anything moves."""
     right, left = (R + 1) % N, (R - 1) % N
     g = np.arange(24, dtype=np.float64).reshape(4, 6) + 100 * R
     col = MPI.DOUBLE.Create_vector(4, 1, 6).Commit()
@@ -882,8 +883,24 @@ def test_derived_datatypes():
     ring.Neighbor_alltoallw([h3, ([1, 1], [8, 16]), [c34] * 2], [h3, ([1, 1], [0, 24]), [c34] * 2])
     assert h3[:, 0].tolist() == (np.arange(3) * 4 + 2 + 100 * left).tolist()
     assert h3[:, 3].tolist() == (np.arange(3) * 4 + 1 + 100 * right).tolist()
+    # the other neighbourhood collectives with blocks of derived types (resized
+    # columns): Neighbor_alltoall, Neighbor_allgather, Ineighbor_alltoallv
+    cr3 = MPI.DOUBLE.Create_vector(3, 1, 4).Create_resized(0, 8).Commit()
+    cr2 = MPI.DOUBLE.Create_vector(3, 1, 2).Create_resized(0, 8).Commit()
+    from_left = (np.arange(3) * 4 + 100 * left).tolist()
+    from_right = (np.arange(3) * 4 + 100 * right).tolist()
+    g2 = np.zeros((3, 2))
+    ring.Neighbor_alltoall([h3[0, 1:], 1, cr3], [g2, 1, cr2])  # (columns 1, 2 of each)
+    assert g2[:, 0].tolist() == [v + 2 for v in from_left]
+    assert g2[:, 1].tolist() == [v + 1 for v in from_right]
+    ring.Neighbor_allgather([h3[0, 1:], 1, cr3], [g2, 1, cr2])
+    assert g2[:, 0].tolist() == [v + 1 for v in from_left]
+    assert g2[:, 1].tolist() == [v + 1 for v in from_right]
+    ring.Ineighbor_alltoallv([h3, ([1, 1], [1, 2]), cr3], [g2, ([1, 1], [1, 0]), cr2]).Wait()
+    assert g2[:, 1].tolist() == [v + 2 for v in from_left]  # (displacements swapped)
+    assert g2[:, 0].tolist() == [v + 1 for v in from_right]
     ring.Free()
-    for t in xs + ys + [c34]:
+    for t in xs + ys + [c34, cr3, cr2]:
         t.Free()
     # a message ending inside an element: the basic elements that came are placed
     if N > 1 and R < 2:
@@ -903,8 +920,7 @@ def test_derived_datatypes():
     got_i, got_r = np.zeros(3, np.int32), np.zeros(2)
     into = MPI.Datatype.Create_struct([3, 2], [MPI.Get_address(got_i), MPI.Get_address(got_r)],
                                       [MPI.INT32_T, MPI.DOUBLE]).Commit()
-    W.Sendrecv([MPI.BOTTOM, 1, addr], right, 13, [None, 1, into], left, 13)  # (None:
-    # MPI.BOTTOM, as mpi4py reads it)
+    W.Sendrecv([MPI.BOTTOM, 1, addr], right, 13, [MPI.BOTTOM, 1, into], left, 13)
     assert got_i.tolist() == (np.arange(3) + 10 * left).tolist()
     assert got_r.tolist() == (np.arange(2.0) + left).tolist()
     addr.Free()

@@ -14,17 +14,19 @@ The buffer API (upper-case methods) maps to Communicator calls: docs/api.md,
 DLPack (numpy, array.array, ...), as ``buf``, ``(buf, datatype)``,
 ``(buf, count, datatype)`` or, for the -v forms, ``(buf, counts, displs, datatype)``
 / ``(buf, (counts, displs), datatype)``; a count in a block collective's gathered
-or scattered buffer is per process, as in mpi4py. Data moves as bytes; reductions
-run in the datatype, through the Neuron kernels for the types they carry, else
-(complex products, long double, bool) as an all-gather followed by the reduction
-in rank order on every rank.
+or scattered buffer is per process, as in mpi4py; derived datatypes and MPI.BOTTOM
+travel packed (neuron_mpi.mpi.datatypes). Data moves as bytes; reductions run in
+the datatype, through the Neuron kernels for the types and ops they carry, else
+(complex products, long double, bool; LAND, MAXLOC, a user's Op.Create) as an
+all-gather followed by the reduction in rank order on every rank.
 
 The lower-case, pickle-based methods (``bcast``, ``allreduce``, ``send``, ``recv``,
 ...) carry any picklable object: pickled with mpi4py's serializer (``MPI.pickle``),
 their bytes move as a buffer's (neuron_mpi.mpi.objects).
 
-Out of scope, raising NotImplementedError: derived (non-predefined) datatypes; they
-never fall through to the real MPI.
+What is not emulated raises NotImplementedError naming it (RMA windows, files, a
+user's op over a derived datatype, ...); nothing falls through to the real MPI's
+communicators.
 """
 from __future__ import annotations
 

@@ -149,7 +149,7 @@ def _reduce_rows(rows: np.ndarray, op) -> np.ndarray:
     return acc
 
 
-class Comm(Objects, PointToPoint, Attributes):
+class Intracomm(Objects, PointToPoint, Attributes):
     """An mpi4py-style intracommunicator over a neuron_mpi Communicator (point to
     point: neuron_mpi.mpi.p2p; the lower-case, pickle-based methods:
     neuron_mpi.mpi.objects; attributes: neuron_mpi.mpi.attrs)."""
@@ -322,8 +322,12 @@ class Comm(Objects, PointToPoint, Attributes):
 
     def Create_group(self, group, tag=0) -> Comm:
         """``group``: an mpi4py Group of this communicator's ranks (or a list of
-        ranks); called by the members only, as MPI_Comm_create_group."""
-        return Comm(self._c.group(self._group_ranks(group)))
+        ranks); called by the members only, as MPI_Comm_create_group. The
+        attributes are copied as their keyvals say, as Dup does (Open MPI does so
+        here too: TAG_UB and a user's keyval with a copy_fn carry over)."""
+        new = Comm(self._c.group(self._group_ranks(group)))
+        self._copy_attrs(new)
+        return new
 
     def _group_ranks(self, group) -> list:
         """This communicator's ranks of an mpi4py Group (of world ranks) or a list."""
@@ -974,11 +978,12 @@ class Comm(Objects, PointToPoint, Attributes):
             out[...] = _reduce_rows(rows[:c.rank], op)
 
 
+Comm = Intracomm  # (one class: mpi4py's Comm and Intracomm, named as a communicator's
+# type is there)
 # (not pickle-based: the same as the buffer methods)
 Comm.barrier = Comm.Barrier
 Comm.ibarrier = Comm.Ibarrier
 
-Intracomm = Comm
 add_persistent(Comm, COLLECTIVES)
 
 

@@ -1004,9 +1004,10 @@ def test_derived_typemaps_pack_as_the_mpi_underneath_does():
 
 
 def test_attributes_and_what_windows_say():
-    """Predefined attributes on COMM_WORLD and its Dups (MPI.TAG_UB: the largest
-    tag a send takes), none on Split's or COMM_SELF; a user keyval's value shared
-    by every handle of a communicator, copied by Dup through copy_fn, deleted
+    """Predefined attributes on COMM_WORLD and its Dups and Create_groups (MPI.TAG_UB:
+    the largest tag a send takes), none on Split's or COMM_SELF; a user keyval's
+    value shared by every handle of a communicator, copied by Dup and Create_group
+    through copy_fn, deleted
     through delete_fn by Set_attr over it, Delete_attr and Free; a window or a
     file raises NotImplementedError (and mpi4py's TypeError no more)."""
     from neuron_mpi.tagged import TAG_UB
@@ -1031,8 +1032,14 @@ def test_attributes_and_what_windows_say():
     s2 = s.Dup()
     assert s2.Get_attr(k) == [1, 1] and s.Get_attr(k) == [1]
     s2.Free()
+    s3 = s.Create_group(s.Get_group())  # (copied as Dup copies, as over Open MPI)
+    assert s3.Get_attr(k) == [1, 1]
+    s3.Free()
+    whole = W.Create_group(W.Get_group())
+    assert whole.Get_attr(MPI.TAG_UB) == TAG_UB
+    whole.Free()
     s.Delete_attr(k)
-    assert deleted == [[0], [1, 1], [1]] and s.Get_attr(k) is None
+    assert deleted == [[0], [1, 1], [1, 1], [1]] and s.Get_attr(k) is None
     with pytest.raises(MPI.Exception):
         s.Set_attr(MPI.TAG_UB, 1)  # (predefined: not set by the user, as Open MPI)
     assert MPI.Comm.Free_keyval(k) == MPI.KEYVAL_INVALID
@@ -1083,7 +1090,7 @@ def test_split_type_names_and_what_is_not_emulated():
     with pytest.raises(NotImplementedError, match="errhandler"):
         W.Set_errhandler(MPI.ERRORS_ARE_FATAL)
     assert not hasattr(W, "Create_intercomm") and not hasattr(W, "no_such_method")
-    with pytest.raises(NotImplementedError, match="Comm.Create_intercomm: not emulated"):
+    with pytest.raises(NotImplementedError, match="Intracomm.Create_intercomm: not emulated"):
         W.Create_intercomm(0, W, 0)
     with pytest.raises(NotImplementedError, match="Request.py2f: not emulated"):
         W.Ibarrier().py2f()

@@ -229,12 +229,13 @@ def _typemap(t, name: str, size: int, extent: int) -> np.ndarray:
     n = max(true_extent, 1)
     probe = np.empty(n, np.uint8)  # (the bytes [true_lb, true_lb + n) from the start)
     start = (ctypes.c_char * extent).from_address((probe.ctypes.data - true_lb) % (1 << 64))
-    region = np.arange(n, dtype=np.int64)
     found = np.zeros(size, np.int64)
     written = np.ones(size, bool)
     packed = np.empty(size, np.uint8)
     for j in range(max(1, (int(n - 1).bit_length() + 7) // 8)):
-        probe[:] = (region >> (8 * j)) & 0xFF
+        for lo in range(0, n, 1 << 20):  # (byte plane j of each offset, a MiB at a time)
+            at = np.arange(lo, min(n, lo + (1 << 20)), dtype=np.int64)
+            probe[lo:lo + at.size] = (at >> (8 * j)) & 0xFF
         got = []
         for fill in (0x00, 0xFF):
             packed.fill(fill)

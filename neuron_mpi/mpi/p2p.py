@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from mpi4py import MPI as _MPI
 
-from ..tagged import ANY, deadline, send_tag
+from ..tagged import ANY, deadline
 from .datatypes import landing, outgoing
 from .message import Message
-from .requests import (NULL_RECV, Prequest, Request, done, empty_status, posted_request,
-                       recv_source, recv_tag, set_status)
+from .requests import (NULL_RECV, Prequest, Request, done, empty_status, mpi_tag,
+                       posted_request, recv_source, recv_tag, set_status)
 
 
 class PointToPoint:
@@ -26,7 +26,7 @@ class PointToPoint:
 
     def _send_bytes(self, data, dest, tag, sync=False) -> int:
         """Send the bytes ``data()`` gives (not called for MPI.PROC_NULL), as _send."""
-        tag = send_tag(tag)
+        tag = mpi_tag(tag)
         if dest == _MPI.PROC_NULL:
             return 0
         return self._t.send(data(), dest, tag, sync)
@@ -46,9 +46,10 @@ class PointToPoint:
 
     def Recv(self, buf, source=_MPI.ANY_SOURCE, tag=_MPI.ANY_TAG, status=None) -> None:
         source = recv_source(source, self._c.size)
+        tag = recv_tag(tag)  # (checked from MPI.PROC_NULL too, as MPI does)
         if source == _MPI.PROC_NULL:
             return set_status(status, *NULL_RECV)
-        self._receive(landing(buf, "buf"), source, recv_tag(tag), status)
+        self._receive(landing(buf, "buf"), source, tag, status)
 
     def _receive(self, into, source, tag, status) -> int:
         """A blocking receive into ``into`` (landing's: bytes, what unpacks them),
@@ -173,7 +174,7 @@ class PointToPoint:
 
     def _send_init(self, buf, dest, tag, sync) -> Prequest:
         self._live()
-        tag = send_tag(tag)
+        tag = mpi_tag(tag)
         if dest == _MPI.PROC_NULL:
             return Prequest(lambda req: None)
         outgoing(buf, "buf", fill=False)  # (checked now; each Start reads the buffer)

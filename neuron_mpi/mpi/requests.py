@@ -13,9 +13,25 @@ NULL_RECV = (_MPI.PROC_NULL, _MPI.ANY_TAG, 0)
 
 def recv_tag(tag) -> int:
     """A receive's tag: tagged.ANY for MPI.ANY_TAG, else a send's tag, checked."""
-    from ..tagged import ANY, send_tag
+    from ..tagged import ANY
 
-    return ANY if tag == _MPI.ANY_TAG else send_tag(tag)
+    return ANY if tag == _MPI.ANY_TAG else mpi_tag(tag)
+
+
+def mpi_tag(tag) -> int:
+    """A send's tag, checked as mpi4py over Open MPI checks it: OverflowError
+    outside a C int (mpi4py's conversion), MPIError (MPI.Exception ERR_TAG, and the
+    ValueError naming ``tag``) outside [0, MPI.TAG_UB]; other objects as
+    tagged.send_tag refuses them."""
+    from ..tagged import TAG_UB, send_tag
+
+    if hasattr(tag, "__index__") and not isinstance(tag, bool):
+        v = tag.__index__()
+        if not -2 ** 31 <= v < 2 ** 31:
+            raise OverflowError(f"tag: {v} does not fit a C int")
+        if not 0 <= v <= TAG_UB:
+            raise MPIError(f"tag: expected an integer in [0, {TAG_UB}], got {v}", _MPI.ERR_TAG)
+    return send_tag(tag)
 
 
 def recv_source(source, size: int) -> int:

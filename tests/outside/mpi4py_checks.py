@@ -275,6 +275,18 @@ def test_tags_sizes_and_statuses_as_mpi():
         assert a[0] == 0.5
     with pytest.raises(ValueError, match="tag: expected an integer"):
         W.Send(np.zeros(1), (R + 1) % N, tag=-5)
+    # as mpi4py over Open MPI: ERR_TAG outside [0, TAG_UB] (a receive from
+    # MPI.PROC_NULL too), OverflowError past a C int
+    for bad in (lambda: W.Send(np.zeros(1), MPI.PROC_NULL, tag=-2),
+                lambda: W.Recv(np.zeros(1), MPI.PROC_NULL, tag=-2),
+                lambda: W.Irecv(np.zeros(1), R, tag=-5)):
+        with pytest.raises(MPI.Exception) as e:
+            bad()
+        assert e.value.Get_error_class() == MPI.ERR_TAG
+    for bad in (lambda: W.Send(np.zeros(1), MPI.PROC_NULL, tag=2 ** 31),
+                lambda: W.Recv(np.zeros(1), MPI.PROC_NULL, tag=2 ** 31)):
+        with pytest.raises(OverflowError):
+            bad()
     ring = np.full(3, float(R))
     st = MPI.Status()
     W.Sendrecv_replace(ring, (R + 1) % N, 4, (R - 1) % N, 4, status=st)

@@ -105,6 +105,33 @@ def _has_buffer(obj) -> bool:
         return False
 
 
+def split_spec(spec, name, vector=False) -> tuple:
+    """A buffer spec's items, as mpi4py reads a list or tuple of 2 to 4: (buffer,
+    count(s) or None, displacement(s) or None, datatype or None). ``vector``: a -v
+    collective's gathered or scattered buffer, where only a tuple is (counts,
+    displs); elsewhere a list is (count, displ) too."""
+    items = list(spec)
+    if not 2 <= len(items) <= 4:
+        raise InvalidArgumentError(
+            f"{name}: expected a buffer or 2 to 4 items (buffer, count(s), "
+            f"displacement(s), datatype), got {len(items)} items")
+    buf, c, d, dtype = items[0], items[1], None, None
+    if len(items) == 4:
+        c, d, dtype = items[1], items[2], items[3]
+        return buf, c, d, dtype
+    if len(items) == 3:
+        dtype = items[2]
+    elif _is_datatype(c):
+        c, dtype = None, c
+    pair = isinstance(c, tuple) if vector else isinstance(c, (tuple, list))
+    if pair:
+        if len(c) != 2:
+            raise InvalidArgumentError(
+                f"{name}: expected (count(s), displacement(s)), got {c!r}")
+        c, d = c
+    return buf, c, d, dtype
+
+
 class Msg:
     """A parsed buffer spec, read as mpi4py reads it: ``a`` the elements (1-D, the
     datatype's dtype; a block spec's displacement already applied), the explicit
@@ -119,26 +146,7 @@ class Msg:
         count = displ = counts = displs = dtype = None
         buf = spec
         if isinstance(spec, (tuple, list)):
-            items = list(spec)
-            if not 2 <= len(items) <= 4:
-                raise InvalidArgumentError(
-                    f"{name}: expected a buffer or 2 to 4 items (buffer, count(s), "
-                    f"displacement(s), datatype), got {len(items)} items")
-            buf, c = items[0], items[1]
-            if len(items) == 4:
-                c, d, dtype = items[1], items[2], items[3]
-            else:
-                d = None
-                if len(items) == 3:
-                    dtype = items[2]
-                elif _is_datatype(c):
-                    c, dtype = None, c
-                pair = isinstance(c, tuple) if vector else isinstance(c, (tuple, list))
-                if pair:
-                    if len(c) != 2:
-                        raise InvalidArgumentError(
-                            f"{name}: expected (count(s), displacement(s)), got {c!r}")
-                    c, d = c
+            buf, c, d, dtype = split_spec(spec, name, vector)
             if isinstance(dtype, str):
                 dtype = np.dtype(dtype)  # a typecode: "f", "i", "d" ...
             if vector:

@@ -834,8 +834,9 @@ class Intracomm(Objects, PointToPoint, Attributes):
     @_agreed
     def Alltoallw(self, sendbuf, recvbuf) -> None:
         """Alltoallv with a datatype per process and displacements in bytes
-        (mpi4py's -w specs, predefined datatypes): block j of ``sendbuf`` to rank
-        j, rank j's into block j of ``recvbuf``."""
+        (mpi4py's -w specs, buffers.WSpec: predefined or derived datatypes, over
+        MPI.BOTTOM too): block j of ``sendbuf`` to rank j, rank j's into block j of
+        ``recvbuf``."""
         h, then = self._alltoallw(sendbuf, recvbuf, False)
         then(h)
 

@@ -30,7 +30,7 @@ from mpi4py import MPI as _MPI
 from mpi4py.util.dtlib import to_numpy_dtype
 
 from ..errors import InvalidArgumentError
-from .buffers import Msg, _ints, array_of, as_bytes, spread, whole
+from .buffers import Msg, _ints, array_of, as_bytes, split_spec, spread, whole
 
 #: at most this many contiguous runs per element: copied run by run (more: gathered
 #: through an index array)
@@ -337,28 +337,12 @@ def lower(spec, name: str, kind: str, size: int, writeable: bool = False,
     written (checked now, before anything moves); ``fill``: the packed buffer
     starts as the user's contents (else uninitialised: a receive's, whose settle
     unpacks only what it took)."""
-    items = list(spec)
-    if not 2 <= len(items) <= 4:
-        raise InvalidArgumentError(
-            f"{name}: expected a buffer or 2 to 4 items (buffer, count(s), "
-            f"displacement(s), datatype), got {len(items)} items")
-    buf, t = items[0], items[-1]
+    buf, c, d, t = split_spec(spec, name, kind == "v")
     lay = layout(t, name)
     bottom = buf is _MPI.BOTTOM  # (the type's displacements are addresses)
     b, origin = (np.empty(0, np.uint8), 0) if bottom else memory(buf, name)
     if writeable and not b.flags.writeable:
         raise InvalidArgumentError(f"{name}: expected a writeable buffer, got a read-only one")
-    c = d = None
-    if len(items) == 4:
-        c, d = items[1], items[2]
-    elif len(items) == 3:
-        c = items[1]
-        pair = isinstance(c, tuple) if kind == "v" else isinstance(c, (tuple, list))
-        if pair:
-            if len(c) != 2:
-                raise InvalidArgumentError(
-                    f"{name}: expected (count(s), displacement(s)), got {c!r}")
-            c, d = c
     k = lay.size // lay.base.itemsize  # (packed elements of the base type per element)
     # (a count left out: the elements the view passed holds, as mpi4py infers it)
     held = 0 if bottom else array_of(buf, name).nbytes
@@ -423,7 +407,6 @@ def lower(spec, name: str, kind: str, size: int, writeable: bool = False,
     return new, settle
 
 
-
 def outgoing(buf, name: str, fill: bool = True) -> np.ndarray:
     """A send's bytes: the buffer's own (a view), or a derived datatype's packed
     (``fill`` False: only checked, as a persistent send's at its init)."""
@@ -453,8 +436,8 @@ ROLES = ("send", "recv", "root-send", "root-recv", "bcast")
 def derived(**arguments):
     """A collective method whose buffer ``arguments`` (name -> (role, kind): ROLES,
     lower's kinds; or (role, kind, "in" / "out"): blocks per in- or out-neighbour of
-    a topology, not per process) may name derived datatypes: each such spec is lowered to its
-    packed bytes before the method runs, and what the call wrote is unpacked into
+    a topology, not per process) may name derived datatypes: each such spec is
+    lowered to its packed bytes before the method runs, and what the call wrote is unpacked into
     the user's buffer after it (a blocking call's at its return, an I-call's at its
     Wait). Calls without a derived datatype run as they are."""
     import functools

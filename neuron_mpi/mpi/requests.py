@@ -117,8 +117,8 @@ class Request:
     Ireduce_scatter_block, Ireduce_scatter, Iscan, Iexscan, Ibcast, Iallgather,
     Iallgatherv, Ialltoall, Ialltoallv, Ialltoallw, Igather, Igatherv, Iscatter,
     Iscatterv, the Ineighbor_* forms; reductions on the datatypes and with the
-    ops the kernels carry) are in flight: the rank's agent
-    moves them while the program computes, ``Test`` says whether they are done without blocking, ``Wait``
+    ops the kernels carry) are in flight: the rank's agent moves them while the
+    program computes, ``Test`` says whether they are done without blocking, ``Wait``
     finishes them (raising their error; the -v forms place the result in
     ``recvbuf`` then). The other I-calls complete at the call (the Request is
     done); a receive is made at Wait, or at a Test that finds its message here

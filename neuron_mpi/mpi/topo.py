@@ -202,8 +202,8 @@ class _Neighbourhood:
 
     def Neighbor_alltoallw(self, sendbuf, recvbuf) -> None:
         """Neighbor_alltoallv with a datatype per neighbour and displacements in
-        bytes (mpi4py's -w specs, predefined datatypes); a block of MPI.PROC_NULL
-        is left as it was."""
+        bytes (mpi4py's -w specs, buffers.WSpec); a block of MPI.PROC_NULL is left
+        as it was."""
         _now(*self._alltoallw_n(sendbuf, recvbuf, False))
 
     def _alltoallw_n(self, sendbuf, recvbuf, async_op):

@@ -198,7 +198,7 @@ class _Call:
 
     __slots__ = ("sh", "op", "out_shape", "reduce_op", "async_op", "timeout", "seconds",
                  "checking", "rows", "share", "raw", "extra", "x", "out", "xmeta", "ometa",
-                 "env", "alone")
+                 "env", "alone", "lone")
 
     def __init__(self, sh, op, out_shape, reduce_op, async_op, timeout, seconds, checking,
                  rows, share):
@@ -207,6 +207,43 @@ class _Call:
                                                                      seconds, checking)
         self.rows, self.share = rows, share
         self.alone = 0  # kept: _fit_alone of its arrays (they cannot change meanwhile)
+        # its _Lone (Communicator._go_alone): None once kept (made at the first
+        # repeat), False where none applies
+        self.lone = False
+
+
+class _Lone:
+    """What a kept blocking call run alone (``Communicator._go_alone``) passes to its
+    compiled run that does not change from call to call (executor.native_args'
+    parts other than the arrays, the call's number and the board's turn), the state
+    to zero, the fingerprint (None: no agreement) and the flight recorder's entry
+    but for the call's number. Made at the call's first repeat."""
+
+    __slots__ = ("head", "tmp8", "code", "pend", "state", "xs", "fp", "record", "shape",
+                 "entry")
+
+    @staticmethod
+    def make(comm, c):
+        """Call ``c``'s _Lone, or False where the lean run does not apply: an async or
+        all-to-all-v-with-counts call, an in-place one (its run reads a copy), a new
+        result array per call, no compiled plan, a fingerprint too long for the
+        board."""
+        sh = c.sh
+        if c.out is None or c.alone != 1 or sh.scratch is None:
+            return False
+        agree = c.checking and comm.size > 1
+        if agree and sh.fp.size > FP_WORDS:
+            return False
+        sc = sh.scratch
+        lone = _Lone()
+        sh.run_args(comm._engine.shm, _EMPTY_BYTES, _EMPTY_BYTES, comm._id, 0, NO_BOARD)
+        lone.head, lone.tmp8, lone.code, lone.pend = sh.head, sc.tmp8, sh.code, sc.pend
+        lone.state, lone.xs = sc.state, sc.xs
+        lone.fp = sh.fp if agree else None
+        lone.record, lone.shape = sh.plan.record, sh
+        lone.entry = FlightRecorder.template(comm._id, c.op, sh.algo, sh.count, sh.dtype_str,
+                                             comm.size)
+        return lone
 
 
 class _P2P:
@@ -528,6 +565,7 @@ class Communicator:
         # (what _fit_alone looked at does not change while the metas match: the same
         # objects, whose data cannot move into one another)
         c.alone = not c.async_op and c.rows is None and _fit_alone(x, out)
+        c.lone = None
         if len(kept) >= KEPT:
             kept.clear()
         kept[key] = c
@@ -577,6 +615,14 @@ class Communicator:
 
     def _go(self, c, x, out):
         """Run call ``c`` (a _Call) on arrays ``x`` and ``out`` (validated)."""
+        lone = c.lone
+        if lone is not False and not c.async_op and _tracing.ACTIVE is None:
+            if lone is None:
+                lone = c.lone = _Lone.make(self, c)
+            if lone:
+                got = self._go_alone(c, lone, x, out)
+                if got is not None:
+                    return got
         tr = _tracing.ACTIVE
         sh, op, out_shape, async_op, seconds = c.sh, c.op, c.out_shape, c.async_op, c.seconds
         algo, plan = sh.algo, sh.plan
@@ -623,6 +669,51 @@ class Communicator:
         return self._run_general(sh, op, x if ran is None else ran[3], out, out_shape,
                                  c.reduce_op, async_op, c.timeout, seconds, deadline, seq,
                                  entry, tr, call, fp, ran, rows, share)
+
+    def _go_alone(self, c, lone, x, out):
+        """_go for a kept blocking call that runs alone (``lone``: its _Lone): the
+        agreement and the whole schedule as one compiled run on this thread, as
+        _run_alone makes it, with only the lines a repeat needs (at small sizes with
+        more ranks than cores the Python around the run cost as much CPU as the run:
+        docs/architecture.md). None, having done nothing, when anything else is in
+        flight or the board is busy or not yet found: _go's own path runs it. A run
+        that does not end done goes on in _run_general, as _go's does."""
+        eng, ctl, fp = self._engine, self._control, lone.fp
+        if eng.active or eng.outq or eng.inbox or eng.mpi is not None:
+            return None
+        if fp is not None:
+            b = ctl._b
+            if b is None or ctl._open is not None:
+                return None
+        sh, seconds = lone.shape, c.seconds
+        deadline = None if seconds is None else time.monotonic() + seconds
+        seq = self._seq + 1
+        entry = self._recorder.start_like(lone.entry, seq)
+        self._seq = seq
+        self.last_call = lone.record
+        lone.state.fill(0)
+        # (native_args, written out: the head, the three buffers, the call, the board)
+        pre = lone.head + (x.view(_U8) if x.ndim == 1 else x.reshape(-1).view(_U8),
+                           out.view(_U8) if out.ndim == 1 else out.reshape(-1).view(_U8),
+                           lone.tmp8, self._id, seq, lone.code)
+        if fp is None:
+            args = pre + NO_BOARD + (lone.pend,)
+        else:
+            fp[A.SEQ] = seq
+            p, n = ctl._parity, b.size
+            args = pre + (b.counters[p], b.tables[p], self.rank, n, fp, n * (b.uses[p] + 1),
+                          b.bells, lone.pend)  # (Control.board_turn's)
+            lone.xs[3] = 1  # agree first
+        status = eng.run_alone(args, deadline)
+        if status == native.DONE:
+            if fp is not None:
+                ctl.turn_over(p)
+            FlightRecorder.finish(entry)
+            return out
+        return self._run_general(sh, c.op, x, out, c.out_shape, c.reduce_op, False, c.timeout,
+                                 seconds, deadline, seq, entry, None, None, fp,
+                                 None if status is None else (False, out, (args, status), x),
+                                 None, c.share)
 
     def _run_general(self, sh, op, x, out, out_shape, reduce_op, async_op, timeout, seconds,
                      deadline, seq, entry, tr, call, fp, ran, rows, share):

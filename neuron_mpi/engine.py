@@ -524,8 +524,9 @@ class Engine:
         status exec_run returned, or None (nothing run) when anything else is in
         flight or set aside (``solo()``)."""
         self.driving += 1
+        lock = self.lock
         try:
-            if not self.lock.acquire(blocking=False):
+            if not lock.acquire(blocking=False):
                 self._claim()  # (drive(), without its loop)
             try:
                 if self.active or self.outq or self.inbox:
@@ -535,10 +536,13 @@ class Engine:
                 return native.exec_run(*args, NO_CLAIM,
                                        -1 if deadline is None else deadline_ns(deadline))
             finally:
-                self.lock.release()
+                lock.release()
         finally:
             self.driving -= 1
-            if self.background():
+            # background(), written out: it runs after every small call
+            shm = self.shm
+            if self.active or self.outq or self.mpi is not None or (
+                    shm is not None and native.any_want(shm.seg8, shm.g)):
                 self.agent.poke()
 
     def _run_alone_polling(self, args, deadline):

@@ -209,7 +209,7 @@ def test_bad_argument_on_one_rank_fails_every_rank(comm):
         assert "rank(s) 0" in str(info.value)
     assert_same(x, np.arange(6, dtype=np.float32), "input changed")
     # recorded alike on every rank (the refusing one too): a refusal, not a divergence
-    last = [c for c in sub._recorder.entries if c["comm"] == sub._id][-1]
+    last = [c for c in sub._recorder.calls() if c["comm"] == sub._id][-1]
     assert (last["seq"], last["op"], last["state"]) == (sub._seq, "all_reduce", "refused"), last
 
 
@@ -355,6 +355,39 @@ def test_disagreeing_ranks_get_a_mismatch_error(comm):
     # the failure is the same on every rank: the communicator is unusable everywhere
     with pytest.raises(nm.CommunicatorFailedError):
         sub.all_reduce(np.ones(4, np.float32), timeout=20)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("end", ["mismatch", "timeout"])
+def test_a_kept_call_run_alone_that_does_not_end_done_fails_as_a_new_one(comm, end):
+    """A repeated blocking call takes the lean lone run (Communicator._go_alone);
+    when that run ends otherwise than done the general path finishes it as it
+    would a new call's: rank 0 repeating a kept all_gather while the last rank
+    calls with another count (mismatch) or skips the call (timeout) raises on
+    every rank that called, nothing moved into ``out``, and the communicator has
+    failed there."""
+    sub = _fresh(comm)
+    n, me = sub.size, sub.rank
+    x = np.full(6, me, np.float32)
+    out = np.empty(6 * n, np.float32)
+    for _ in range(3):
+        assert sub.all_gather(x, out=out, timeout=30.0) is out
+    c = sub._kept.get(("all_gather", id(x)))
+    assert c is not None and c.lone, "the repeated call does not run the lean path"
+    out[...] = -1
+    last = me == n - 1
+    if end == "mismatch":
+        mine = np.full(4, me, np.float32) if last else x
+        with pytest.raises(nm.CollectiveMismatchError):
+            sub.all_gather(mine, out=None if last else out, timeout=30.0)
+    elif not last:
+        with pytest.raises(nm.CollectiveTimeoutError, match="agreement"):
+            sub.all_gather(x, out=out, timeout=1.0)
+    if end == "mismatch" or not last:
+        assert (out == -1).all(), "data moved into out"
+        with pytest.raises(nm.CommunicatorFailedError):
+            sub.all_gather(x, out=out, timeout=5.0)
+    comm.barrier()
 
 
 @pytest.mark.mpi(min_size=2)

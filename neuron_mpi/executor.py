@@ -74,7 +74,7 @@ class NativePlan:
 
     def __init__(self, steps, itemsize: int, dtype_name: str, hops, local,
                  charge: bool = True):
-        from .transport.native import KEY_SHIFT, RECV_COLS, SEND_COLS
+        from .transport.native import KEY_SHIFT, RECV_COLS, SEND_COLS, table_views, tables
 
         step_rows, rounds, sends, recvs, locs, charges = [], [], [], [], [], []
         keys, order = [], []
@@ -116,14 +116,12 @@ class NativePlan:
         def table(rows, cols):
             return np.array(rows, np.int64).reshape(len(rows), cols)
 
-        self.steps = table(step_rows, 3)
-        self.rounds = table(rounds, 4)
-        self.sends = table(sends, SEND_COLS)
-        self.recvs = table(recvs, RECV_COLS)
-        self.locs = table(locs, 6)
-        self.keys = np.array(keys, np.int64)
-        self.order = np.array(order, np.int64)
-        self.charges = np.array(charges, np.int64)
+        # one array for the compiled run (native.tables); the tables are views of it
+        self.tab = tables(table(step_rows, 3), table(rounds, 4), table(sends, SEND_COLS),
+                          np.array(charges, np.int64), table(recvs, RECV_COLS),
+                          np.array(keys, np.int64), np.array(order, np.int64), table(locs, 6))
+        (self.steps, self.rounds, self.sends, self.charges, self.recvs, self.keys, self.order,
+         self.locs) = table_views(self.tab)
         self.dtype_name = dtype_name
 
     @staticmethod
@@ -761,7 +759,7 @@ class Execution:
         that status first (a failed read, say, cannot be seen twice), then goes on
         from where the run stopped."""
         self._nargs = nargs
-        self._xs, self._flags, self._pend = nargs[11], nargs[12], nargs[-1]
+        self._xs, self._flags, self._pend = nargs[4], nargs[5], nargs[-1]
         self._adopted = status
         self.step = int(self._xs[0])
 
@@ -1015,8 +1013,7 @@ def deadline_ns(deadline) -> int:
 def native_head(shm, np_, xs, flags) -> tuple:
     """The leading arguments of native_args, which do not change between runs of
     one plan on one state (a call shape keeps them: comm._Shape.run_args)."""
-    return (shm.seg8, shm.g, shm.gen, np_.steps, np_.rounds, np_.sends, np_.charges, np_.recvs,
-            np_.keys, np_.order, np_.locs, xs, flags)
+    return (shm.seg8, shm.g, shm.gen, np_.tab, xs, flags)
 
 
 def native_args(shm, np_, xs, flags, b0, b1, b2, comm_id: int, seq: int, code: int, board,

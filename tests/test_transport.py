@@ -418,9 +418,10 @@ def _waiting_run():
     recvs = np.array([[1, 0, 8, 0, 0, 0, 8]], np.int64)
     keys = np.zeros(1, np.int64)
     b = np.zeros(8, np.uint8)
-    args = (seg, g, np.zeros(1, np.int64), steps, rounds, np.zeros((0, native.SEND_COLS),
-            np.int64), np.zeros(0, np.int64), recvs, keys, keys.copy(),
-            np.zeros((0, 6), np.int64), np.zeros(6, np.int64), np.zeros(2, np.uint8),
+    args = (seg, g, np.zeros(1, np.int64), native.tables(
+            steps, rounds, np.zeros((0, native.SEND_COLS), np.int64), np.zeros(0, np.int64),
+            recvs, keys, keys.copy(), np.zeros((0, 6), np.int64)),
+            np.zeros(6, np.int64), np.zeros(2, np.uint8),
             b, b.copy(), b.copy(), 1, 1, 0, np.zeros(1, np.int32),
             np.zeros((1, 16), np.int64), 0, 1, np.zeros(1, np.int64), 0, np.zeros(0, np.int64),
             np.zeros((1, 2), np.int64))
@@ -517,11 +518,11 @@ def test_a_transfer_of_another_size_is_refused_before_its_bytes_move():
     (a point-to-point peer sending another size) is SIZE, with the size sent in
     xs[4], and nothing is copied."""
     _, _, (a, b) = _one_transfer(700, pull=0)
-    b[7][0, 6] = 1400
+    native.table_views(b[3])[native.TABLES.index("recvs")][0, 6] = 1400
     assert native.exec_pass(*a)[0] == native.DONE
     assert native.exec_pass(*b)[0] == native.SIZE
-    assert b[11][4] == 700 and b[11][2] == 0
-    assert not b[14].any()
+    assert b[4][4] == 700 and b[4][2] == 0
+    assert not b[7].any()
 
 
 def test_exec_run_hands_over_when_claimed():
@@ -542,7 +543,7 @@ def test_exec_run_hands_over_when_claimed():
     native.ring(seg, g, 0, 0)
     t.join(5)
     assert got == [native.YIELDED]
-    assert args[11][0] == 0  # still at its first step: nothing skipped
+    assert args[4][0] == 0  # still at its first step: nothing skipped
 
 
 def test_piece_rings_wake_a_counting_sleeper_only_at_its_count():
@@ -619,8 +620,9 @@ def _one_transfer(n, direct=1, reduce=0, pull=1, base=-1):
         if reduce:  # float32 operands: the sender's input, the receiver's input and output
             b0 = (np.arange(n // 4, dtype=np.float32) * (1 if me == 0 else 3)).view(np.uint8)
             b1 = np.full(n // 4, 0.5, np.float32).view(np.uint8)
-        args = (seg, g, np.zeros(1, np.int64), steps, np.array(rounds, np.int64), s,
-                np.zeros(0, np.int64), r, keys, keys.copy(), np.zeros((0, 6), np.int64),
+        args = (seg, g, np.zeros(1, np.int64), native.tables(
+                steps, np.array(rounds, np.int64), s, np.zeros(0, np.int64), r, keys,
+                keys.copy(), np.zeros((0, 6), np.int64)),
                 np.zeros(6, np.int64), np.zeros(2, np.uint8), b0, b1, np.zeros(8, np.uint8),
                 1, 1, 0, np.zeros(1, np.int32), np.zeros((1, 16), np.int64), 0, 1,
                 np.zeros(1, np.int64), 0, np.zeros(0, np.int64), np.zeros((1, 2), np.int64))
@@ -638,10 +640,10 @@ def test_a_large_copied_piece_is_read_from_the_senders_buffer():
     its output (process_vm_readv) and freed the slot; nothing lands in the slot."""
     lay, seg, (a, b) = _one_transfer(700)
     assert native.exec_pass(*a) == (native.BLOCKED, True)
-    assert a[12][0] == 2 and a[11][4] == 1  # waits for one read
+    assert a[5][0] == 2 and a[4][4] == 1  # waits for one read
     assert not _slot_bytes(lay, seg, lay.L * lay.L * lay.K * lay.S).any()
     assert native.exec_pass(*b)[0] == native.DONE
-    assert np.array_equal(b[14], a[13])
+    assert np.array_equal(b[7], a[6])
     assert native.exec_pass(*a)[0] == native.DONE
 
 
@@ -649,14 +651,14 @@ def test_small_reduced_or_forwarded_pieces_still_go_through_the_slot():
     for kw in ({"pull": 701}, {"pull": 0}, {"direct": 0}, {"pull": 701, "reduce": 1},
                {"pull": 0, "reduce": 1}):
         lay, seg, (a, b) = _one_transfer(700, **kw)
-        first = b[14].view(np.float32).copy()
+        first = b[7].view(np.float32).copy()
         assert native.exec_pass(*a)[0] == native.DONE, kw  # copied out: done at once
         assert _slot_bytes(lay, seg, lay.L * lay.L * lay.K * lay.S).any(), kw
         assert native.exec_pass(*b)[0] == native.DONE
         if kw.get("reduce"):
-            assert np.array_equal(b[14].view(np.float32), first + a[13].view(np.float32)), kw
+            assert np.array_equal(b[7].view(np.float32), first + a[6].view(np.float32)), kw
         else:
-            assert np.array_equal(b[14], a[13])
+            assert np.array_equal(b[7], a[6])
 
 
 def test_the_plan_marks_only_pieces_to_their_final_rank_as_readable():
@@ -745,11 +747,11 @@ def test_a_reduced_piece_is_read_from_the_senders_buffer(n, base):
     lay, seg, (a, b) = _one_transfer(n, reduce=1, base=base)
     assert native.exec_pass(*a) == (native.BLOCKED, True)
     assert not _slot_bytes(lay, seg, lay.L * lay.L * lay.K * lay.S).any()
-    sent = a[13].view(np.float32).copy()
-    first = (b[13] if base == 0 else b[14]).view(np.float32).copy()
+    sent = a[6].view(np.float32).copy()
+    first = (b[6] if base == 0 else b[7]).view(np.float32).copy()
     assert native.exec_pass(*b)[0] == native.DONE
-    assert np.array_equal(b[14].view(np.float32), first + sent)
-    assert np.array_equal(a[13].view(np.float32), sent)  # the sender's input unchanged
+    assert np.array_equal(b[7].view(np.float32), first + sent)
+    assert np.array_equal(a[6].view(np.float32), sent)  # the sender's input unchanged
     assert native.exec_pass(*a)[0] == native.DONE
 
 
@@ -758,9 +760,9 @@ def test_a_failed_sender_takes_its_unread_pieces_back():
     gone): the slot is free and the receiver still waits."""
     _, _, (a, b) = _one_transfer(700)
     native.exec_pass(*a)
-    assert native.take_back(a[0], a[1], a[3], a[4], a[11], a[12], a[26]) == 1
+    assert native.take_back(a[0], a[1], *native.table_views(a[3])[:2], a[4], a[5], a[19]) == 1
     assert native.exec_pass(*b)[0] == native.BLOCKED
-    assert not b[14].any()
+    assert not b[7].any()
 
 
 @pytest.mark.parametrize("reduce", [0, 1])
@@ -771,7 +773,7 @@ def test_a_read_that_fails_is_reported_with_its_errno(reduce):
     a[1][native.G_PID] = 2 ** 22 + 12345  # above pid_max: no such process
     native.exec_pass(*a)
     assert native.exec_pass(*b)[0] == native.FAULT
-    assert b[11][4] == errno.ESRCH and b[11][2] == 0
+    assert b[4][4] == errno.ESRCH and b[4][2] == 0
 
 
 def test_the_python_path_reads_a_piece_left_in_the_senders_buffer():
@@ -784,7 +786,7 @@ def test_the_python_path_reads_a_piece_left_in_the_senders_buffer():
     assert slot >= 0 and hdr[slot * native.HDR_WORDS + native.H_ADDR] != 0  # header only
     out = np.zeros(700, np.uint8)
     assert native.read_slot(seg, b[1], slot, out, 0, 700) == 0
-    assert np.array_equal(out, a[13])
+    assert np.array_equal(out, a[6])
     assert native.exec_pass(*a)[0] == native.DONE
 
 

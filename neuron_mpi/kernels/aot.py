@@ -34,7 +34,7 @@ _SOURCES = ("kernels/aot.py", "kernels/atomic_ops.py", "kernels/bf16.py", "kerne
 
 _U8, _I64, _I32, _M = "uint8[::1]", "int64[::1]", "int32[::1]", "int64[:, ::1]"
 # exec_pass's arguments, which exec_run takes with a claim word and a deadline
-_RUN = (_U8, _I64, _I64, _M, _M, _M, _I64, _M, _I64, _I64, _M, _I64, _U8, _U8, _U8, _U8,
+_RUN = (_U8, _I64, _I64, _I64, _I64, _U8, _U8, _U8, _U8,
         "int64", "int64", "int64", _I32, _M, "int64", "int64", _I64, "int64", _I64, _M)
 
 

@@ -57,6 +57,14 @@ CTL_ANY, CTL_COUNTING, CTL_WAKE_AT = 1, 4, 5
 # (agree.FIELDS) must equal this rank's; words past them are shares that must sum to
 # 0 mod 2**64 over the members (all-to-all-v's pairwise count check, agree.pair_share).
 FP_FIELDS = 9
+# The plan's eight tables travel to the compiled run as one int64 array ``tab``
+# (``tables``): a header of (offset, rows) per table, in this order, then each
+# table's rows; the run takes them back as views (plane._table / plane._vector).
+# Each array argument costs a compiled call about 90 ns to unbox (a meminfo made and
+# freed; several times that with more ranks than cores, its object out of cache):
+# with the tables apart, a call's 22 arrays cost it more than a small round's work.
+TABLES = ("steps", "rounds", "sends", "charges", "recvs", "keys", "order", "locs")
+TABLE_COLS = (3, 4, SEND_COLS, 0, RECV_COLS, 0, 0, 6)  # 0: a vector
 DONE, BLOCKED, PYTHON, SIZE, TIMEOUT, MISMATCH, YIELDED, FAULT = range(8)
 STUCK_GRACE_NS = 2_000_000  # exec_run: how long a full channel waits before it is copied aside
 
@@ -86,6 +94,27 @@ def _bind():
     for name in FUNCTIONS:
         g[name] = getattr(impl, name)
     return impl
+
+
+def tables(*parts) -> np.ndarray:
+    """The eight tables (in TABLES' order, int64, C-contiguous) as one ``tab``."""
+    head = 2 * len(TABLES)
+    tab = np.empty(head + sum(p.size for p in parts), np.int64)
+    o = head
+    for k, p in enumerate(parts):
+        tab[2 * k], tab[2 * k + 1] = o, p.shape[0]
+        tab[o:o + p.size] = p.reshape(-1)
+        o += p.size
+    return tab
+
+
+def table_views(tab) -> tuple:
+    """``tab``'s eight tables, as views of it (a write to one lands in ``tab``)."""
+    out = []
+    for k, cols in enumerate(TABLE_COLS):
+        o, rows = int(tab[2 * k]), int(tab[2 * k + 1])
+        out.append(tab[o:o + rows * max(cols, 1)].reshape((rows, cols) if cols else rows))
+    return tuple(out)
 
 
 def warm(impl=None) -> int:
@@ -121,14 +150,15 @@ def warm(impl=None) -> int:
     locs = np.zeros((1, 6), np.int64)
     locs[0, 0] = 1  # a reduce of 0 bytes
     xs = np.zeros(6, np.int64)
-    args = (seg, g, gen, steps, np.zeros((0, 4), np.int64), z, charges, r, k, k, locs, xs,
+    rounds = np.zeros((0, 4), np.int64)
+    args = (seg, g, gen, tables(steps, rounds, z, charges, r, k, k, locs), xs,
             np.zeros(1, np.uint8), b, b, b, 0, 0, 0, np.zeros(2, np.int32),
             np.zeros((1, 16), np.int64), 0, 1, np.zeros(9, np.int64), 0, np.zeros(1, np.int64),
             np.zeros((1, 2), np.int64))
     f.exec_pass(*args)
     xs[:] = 0
     f.exec_run(*args, np.zeros(1, np.int32), -1)
-    f.take_back(seg, g, steps, args[4], xs, args[12], args[-1])
+    f.take_back(seg, g, steps, rounds, xs, args[5], args[-1])
     f.read_slot(seg, g, 0, b, 0, 0)
     f.read_remote(0, b, 0, 0, 0)  # engine._can_read_each_other's probe
     return 13 + warm_reductions(f)

@@ -533,10 +533,22 @@ def _locals(locs, lo, hi, b0, b1, b2, code):
             _buf(db, b0, b1, b2)[do:do + n] = 0
 
 
+@njit(inline="always", **PLANE_OPTIONS)
+def _table(tab, k, cols):
+    """Table ``k`` of a plan's ``tab`` (native.tables), a view."""
+    o, rows = tab[2 * k], tab[2 * k + 1]
+    return tab[o:o + rows * cols].reshape((rows, cols))
+
+
+@njit(inline="always", **PLANE_OPTIONS)
+def _vector(tab, k):
+    o = tab[2 * k]
+    return tab[o:o + tab[2 * k + 1]]
+
+
 @njit(**PLANE_OPTIONS)
-def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, locs, xs,
-              flags, b0, b1, b2, comm, seq, code, counter, table, member, size, fp, target,
-              bells, pend):
+def exec_pass(seg, g, gen, tab, xs, flags, b0, b1, b2, comm, seq, code, counter, table,
+              member, size, fp, target, bells, pend):
     """Advance an execution as far as the agreement, the arrived pieces and free
     slots allow. Returns (status, moved): DONE; BLOCKED (waiting for members,
     pieces, slots or reads of its buffers); SIZE (a piece of the wrong size, or of a transfer of
@@ -548,6 +560,9 @@ def exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, lo
     destination is not copied into the slot: the receiver reads it from this rank's
     buffer (one copy instead of two; a reduced piece block by block, each reduced
     while in cache), and the send is done when it has (flags 2 until then)."""
+    steps, rounds, sends = _table(tab, 0, 3), _table(tab, 1, 4), _table(tab, 2, SEND_COLS)
+    charges, recvs, keys = _vector(tab, 3), _table(tab, 4, RECV_COLS), _vector(tab, 5)
+    order, locs = _vector(tab, 6), _table(tab, 7, 6)
     moved = False
     if xs[3] != 0:
         a = _agreement(seg, g, xs, counter, table, member, size, fp, target, bells)
@@ -716,9 +731,8 @@ def _now_ns(ts):
 
 
 @njit(**PLANE_OPTIONS)
-def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, locs, xs,
-             flags, b0, b1, b2, comm, seq, code, counter, table, member, size, fp, target,
-             bells, pend, claim, deadline_ns):
+def exec_run(seg, g, gen, tab, xs, flags, b0, b1, b2, comm, seq, code, counter, table, member,
+             size, fp, target, bells, pend, claim, deadline_ns):
     """Run an execution to its end on this thread (the GIL released), sleeping on
     this rank's doorbell while it waits (for pieces, for room, or for the members of
     the agreement: the last of them rings every member). Returns DONE, TIMEOUT (CLOCK_MONOTONIC
@@ -739,8 +753,7 @@ def exec_run(seg, g, gen, steps, rounds, sends, charges, recvs, keys, order, loc
     spins = 0
     while True:
         seen = _load(ctl, bi)
-        status, moved = exec_pass(seg, g, gen, steps, rounds, sends, charges, recvs, keys,
-                                  order, locs, xs, flags, b0, b1, b2, comm, seq, code,
+        status, moved = exec_pass(seg, g, gen, tab, xs, flags, b0, b1, b2, comm, seq, code,
                                   counter, table, member, size, fp, target, bells, pend)
         if status != BLOCKED:
             return status

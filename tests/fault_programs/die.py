@@ -68,10 +68,13 @@ def main():
                 return native.PYTHON
 
             def dying_pass(*args):
-                steps, xs = args[3], args[11]
+                tables, xs = native.table_views(args[3]), args[4]
+                steps = tables[0]
                 while True:  # one step per call, so no pass runs past the second round
                     k = int(xs[0])
-                    status, moved = real_pass(*args[:3], steps[:k + 1], *args[4:])
+                    cut = native.tables(steps[:k + 1], *tables[1:])  # (a copy: the pass
+                    # writes no table)
+                    status, moved = real_pass(*args[:3], cut, *args[4:])
                     k = int(xs[0])
                     begun = int((steps[:min(k, len(steps)), 0] == 0).sum())
                     if k < len(steps) and steps[k, 0] == 0 and xs[1] == 1:

@@ -357,6 +357,7 @@ def test_disagreeing_ranks_get_a_mismatch_error(comm):
         sub.all_reduce(np.ones(4, np.float32), timeout=20)
 
 
+@_small_world_only
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("end", ["mismatch", "timeout"])
 def test_a_kept_call_run_alone_that_does_not_end_done_fails_as_a_new_one(comm, end):

@@ -157,10 +157,15 @@ class _Shape:
         """executor.native_args for a blocking run of this shape on its scratch
         (zeroed by the caller), the arguments that never change kept."""
         np_, sc = self.plan.native, self.scratch
-        if self.head is None:
-            self.head = native_head(shm, np_, sc.xs, sc.flags)
         return native_args(shm, np_, sc.xs, sc.flags, b0, b1, sc.tmp8, comm_id, seq,
-                           self.code, board, sc.pend, self.head)
+                           self.code, board, sc.pend, self.head_for(shm))
+
+    def head_for(self, shm) -> tuple:
+        """executor.native_head of this shape's plan on its scratch, made once."""
+        if self.head is None:
+            sc = self.scratch
+            self.head = native_head(shm, self.plan.native, sc.xs, sc.flags)
+        return self.head
 
     def lend(self):
         """A scratch for an async call of this shape, which may be in flight with
@@ -215,29 +220,28 @@ class _Call:
 class _Lone:
     """What a kept blocking call run alone (``Communicator._go_alone``) passes to its
     compiled run that does not change from call to call (executor.native_args'
-    parts other than the arrays, the call's number and the board's turn), the state
-    to zero, the fingerprint (None: no agreement) and the flight recorder's entry
-    but for the call's number. Made at the call's first repeat."""
+    head, ``tmp``, the reduction's code and ``pend``), the state to zero, the
+    fingerprint (None: no agreement) and the flight recorder's entry but for the
+    call's number. Made at the call's first repeat."""
 
     __slots__ = ("head", "tmp8", "code", "pend", "state", "xs", "fp", "record", "shape",
                  "entry")
 
     @staticmethod
     def make(comm, c):
-        """Call ``c``'s _Lone, or False where the lean run does not apply: an async or
-        all-to-all-v-with-counts call, an in-place one (its run reads a copy), a new
-        result array per call, no compiled plan, a fingerprint too long for the
-        board."""
+        """Kept call ``c``'s _Lone (_keep found its arrays fit as they are), or False
+        where the lean run does not apply: no compiled plan, a fingerprint too long
+        for the board."""
         sh = c.sh
-        if c.out is None or c.alone != 1 or sh.scratch is None:
+        if sh.scratch is None:
             return False
         agree = c.checking and comm.size > 1
         if agree and sh.fp.size > FP_WORDS:
             return False
         sc = sh.scratch
         lone = _Lone()
-        sh.run_args(comm._engine.shm, _EMPTY_BYTES, _EMPTY_BYTES, comm._id, 0, NO_BOARD)
-        lone.head, lone.tmp8, lone.code, lone.pend = sh.head, sc.tmp8, sh.code, sc.pend
+        lone.head, lone.tmp8 = sh.head_for(comm._engine.shm), sc.tmp8
+        lone.code, lone.pend = sh.code, sc.pend
         lone.state, lone.xs = sc.state, sc.xs
         lone.fp = sh.fp if agree else None
         lone.record, lone.shape = sh.plan.record, sh
@@ -565,7 +569,9 @@ class Communicator:
         # (what _fit_alone looked at does not change while the metas match: the same
         # objects, whose data cannot move into one another)
         c.alone = not c.async_op and c.rows is None and _fit_alone(x, out)
-        c.lone = None
+        # (the lean run: blocking, no count rows, the arrays as they are, not in place,
+        # an out given; made at the first repeat)
+        c.lone = None if c.alone == 1 and out is not None else False
         if len(kept) >= KEPT:
             kept.clear()
         kept[key] = c
@@ -616,7 +622,7 @@ class Communicator:
     def _go(self, c, x, out):
         """Run call ``c`` (a _Call) on arrays ``x`` and ``out`` (validated)."""
         lone = c.lone
-        if lone is not False and not c.async_op and _tracing.ACTIVE is None:
+        if lone is not False and _tracing.ACTIVE is None:
             if lone is None:
                 lone = c.lone = _Lone.make(self, c)
             if lone:
@@ -681,10 +687,8 @@ class Communicator:
         eng, ctl, fp = self._engine, self._control, lone.fp
         if eng.active or eng.outq or eng.inbox or eng.mpi is not None:
             return None
-        if fp is not None:
-            b = ctl._b
-            if b is None or ctl._open is not None:
-                return None
+        if fp is not None and (ctl._b is None or ctl._open is not None):
+            return None  # (the board not found yet, or an agreement still open)
         sh, seconds = lone.shape, c.seconds
         deadline = None if seconds is None else time.monotonic() + seconds
         seq = self._seq + 1
@@ -692,18 +696,17 @@ class Communicator:
         self._seq = seq
         self.last_call = lone.record
         lone.state.fill(0)
-        # (native_args, written out: the head, the three buffers, the call, the board)
-        pre = lone.head + (x.view(_U8) if x.ndim == 1 else x.reshape(-1).view(_U8),
-                           out.view(_U8) if out.ndim == 1 else out.reshape(-1).view(_U8),
-                           lone.tmp8, self._id, seq, lone.code)
         if fp is None:
-            args = pre + NO_BOARD + (lone.pend,)
+            board = NO_BOARD
         else:
             fp[A.SEQ] = seq
-            p, n = ctl._parity, b.size
-            args = pre + (b.counters[p], b.tables[p], self.rank, n, fp, n * (b.uses[p] + 1),
-                          b.bells, lone.pend)  # (Control.board_turn's)
+            p = ctl._parity
+            board = ctl.board_turn(fp)
             lone.xs[3] = 1  # agree first
+        args = native_args(None, None, None, None,
+                           x.view(_U8) if x.ndim == 1 else x.reshape(-1).view(_U8),
+                           out.view(_U8) if out.ndim == 1 else out.reshape(-1).view(_U8),
+                           lone.tmp8, self._id, seq, lone.code, board, lone.pend, lone.head)
         status = eng.run_alone(args, deadline)
         if status == native.DONE:
             if fp is not None:

@@ -539,10 +539,7 @@ class Engine:
                 lock.release()
         finally:
             self.driving -= 1
-            # background(), written out: it runs after every small call
-            shm = self.shm
-            if self.active or self.outq or self.mpi is not None or (
-                    shm is not None and native.any_want(shm.seg8, shm.g)):
+            if self.background():
                 self.agent.poke()
 
     def _run_alone_polling(self, args, deadline):

@@ -115,10 +115,9 @@ def split_spec(spec, name, vector=False) -> tuple:
         raise InvalidArgumentError(
             f"{name}: expected a buffer or 2 to 4 items (buffer, count(s), "
             f"displacement(s), datatype), got {len(items)} items")
-    buf, c, d, dtype = items[0], items[1], None, None
     if len(items) == 4:
-        c, d, dtype = items[1], items[2], items[3]
-        return buf, c, d, dtype
+        return tuple(items)
+    buf, c, d, dtype = items[0], items[1], None, None
     if len(items) == 3:
         dtype = items[2]
     elif _is_datatype(c):

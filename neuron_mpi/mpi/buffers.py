@@ -69,17 +69,13 @@ def _dlpack_dtype(capsule):
     is not consumed: its destructor frees the tensor, as for any capsule unused)."""
     import ctypes
 
-    api = ctypes.pythonapi
-    api.PyCapsule_IsValid.restype = ctypes.c_int
-    api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    is_valid, get_pointer = _capsule_api()
     # DLManagedTensor: the DLTensor first; DLManagedTensorVersioned: after its
     # version, manager context, deleter and flags (32 bytes). In the DLTensor the
     # data type (code, bits, lanes) follows data, device and ndim (20 bytes).
     for name, at in ((b"dltensor", 0), (b"dltensor_versioned", 32)):
-        if api.PyCapsule_IsValid(capsule, name):
-            base = api.PyCapsule_GetPointer(capsule, name)
+        if is_valid(capsule, name):
+            base = get_pointer(capsule, name)
             code, bits, lanes = (ctypes.c_uint8.from_address(base + at + 20).value,
                                  ctypes.c_uint8.from_address(base + at + 21).value,
                                  ctypes.c_uint16.from_address(base + at + 22).value)
@@ -95,6 +91,25 @@ def _dlpack_dtype(capsule):
             kind = _DL_KINDS.get(code)
             return None if kind is None else np.dtype(f"{kind}{bits // 8}")
     return None
+
+
+_CAPSULE_API: list = []
+
+
+def _capsule_api() -> tuple:
+    """PyCapsule_IsValid and PyCapsule_GetPointer as function pointers of our own,
+    made once: setting argtypes on ``ctypes.pythonapi``'s shared ones would change
+    them for every other user of ctypes in the process."""
+    if not _CAPSULE_API:
+        import ctypes
+
+        api = ctypes.pythonapi
+        _CAPSULE_API.extend((
+            ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+                ("PyCapsule_IsValid", api)),
+            ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+                ("PyCapsule_GetPointer", api))))
+    return tuple(_CAPSULE_API)
 
 
 def _has_buffer(obj) -> bool:

@@ -49,6 +49,39 @@ def test_v_forms():
                                                 for s in range(N)]))
 
 
+def test_dlpack_objects_in_their_element_type_and_ctypes_left_as_found():
+    """An object with only __dlpack__ (no buffer protocol) is read in the element
+    type its capsule declares, and reading the capsule changes nothing in the
+    process's shared ``ctypes.pythonapi`` (other libraries set their own argtypes
+    on it)."""
+    import ctypes
+
+    class Only:
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    api = ctypes.pythonapi
+    funcs = (api.PyCapsule_IsValid, api.PyCapsule_GetPointer)
+    found = [(f.restype, f.argtypes) for f in funcs]
+    try:
+        funcs[1].argtypes = [ctypes.py_object]  # (someone else's choice)
+        shared = [(f.restype, f.argtypes) for f in funcs]
+        x = np.arange(5, dtype=np.float64) * (R + 1)
+        out = np.zeros(5)
+        W.Allreduce(Only(x), Only(out), op=MPI.SUM)
+        assert np.array_equal(out, np.arange(5) * (N * (N + 1) // 2))
+        assert [(f.restype, f.argtypes) for f in funcs] == shared
+    finally:
+        for f, (res, args) in zip(funcs, found):
+            f.restype, f.argtypes = res, args
+
+
 def test_rooted_v_forms_in_flight():
     """Igatherv, Iscatterv and Ireduce_scatter (and Gatherv_init) are in flight
     where agreements are on a board: rank 1 calls each only after a message that

@@ -10,8 +10,8 @@
 # (schedules, replay, kernels, model: one core's worth, which the first launches
 # leave idle) followed by the MPI suites of 1 to 3 ranks and mpi4py's own suites.
 # Its report comes after the first's; the exit status is non-zero when either
-# failed. Arguments (files, -k, ...) run one
-# session with them instead, as plain pytest would.
+# failed. Arguments (files, -k, ...) run one session with them instead, as plain
+# pytest would.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

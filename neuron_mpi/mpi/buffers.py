@@ -3,6 +3,8 @@
 numpy arrays over the same memory, and the helpers that place -v results."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from mpi4py import MPI as _MPI
 from mpi4py.util.dtlib import to_numpy_dtype
@@ -93,23 +95,18 @@ def _dlpack_dtype(capsule):
     return None
 
 
-_CAPSULE_API: list = []
-
-
+@functools.cache
 def _capsule_api() -> tuple:
     """PyCapsule_IsValid and PyCapsule_GetPointer as function pointers of our own,
     made once: setting argtypes on ``ctypes.pythonapi``'s shared ones would change
     them for every other user of ctypes in the process."""
-    if not _CAPSULE_API:
-        import ctypes
+    import ctypes
 
-        api = ctypes.pythonapi
-        _CAPSULE_API.extend((
-            ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+    api = ctypes.pythonapi
+    return (ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
                 ("PyCapsule_IsValid", api)),
             ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
-                ("PyCapsule_GetPointer", api))))
-    return tuple(_CAPSULE_API)
+                ("PyCapsule_GetPointer", api)))
 
 
 def _has_buffer(obj) -> bool:

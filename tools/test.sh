@@ -8,10 +8,10 @@
 # With no arguments the tests run as two pytest sessions at once: the tests that
 # launch MPI jobs and other programs, and beside them the in-process ones
 # (schedules, replay, kernels, model: one core's worth, which the first launches
-# leave idle) followed by the MPI suites of 1 to 3 ranks and mpi4py's own suites.
-# Its report comes after the first's; the exit status is non-zero when either
-# failed. Arguments (files, -k, ...) run one session with them instead, as plain
-# pytest would.
+# leave idle) followed by the MPI suites of 1 to 3 ranks. Its report comes after
+# the first's; the
+# exit status is non-zero when either failed. Arguments (files, -k, ...) run one
+# session with them instead, as plain pytest would.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -40,10 +40,6 @@ MPI_IN_INPROC=tests/test_determinism.py::test_mpi_every_rank_and_run_same_bits_a
 SMALL_MPI=("tests/test_mpi_suites.py::test_mpi_suite[trn2-1]"
            "tests/test_mpi_suites.py::test_mpi_suite[trn2-2]"
            "tests/test_mpi_suites.py::test_mpi_suite[trn2-3-nonstrict]")
-# then mpi4py's own suites through the facade (1 to 3 ranks, about 150 s): the
-# launches beside them leave 10-25% of the 2 cores idle (vmstat over a whole run:
-# 18%), which these fill; they end before the fault matrix starts
-LATE=(test_outside_mpi4py)
 # the launching files in this order: first those whose launches wait more than
 # they compute (about half the 2 cores idle), beside which the in-process session
 # finds room; then the MPI suites, which keep both cores busy; then every other
@@ -56,16 +52,12 @@ done
 for t in "${SMALL_MPI[@]}"; do
   small+=(--deselect "$t")
 done
-late=()
-for f in "${LATE[@]}"; do
-  late+=("tests/$f.py")
-done
 for f in "${EARLY[@]}"; do
   launches+=("tests/$f.py")
 done
 launches+=(tests/test_mpi_suites.py)
 for f in tests/test_*.py; do
-  case " ${inproc[*]} ${late[*]} ${launches[*]} " in
+  case " ${inproc[*]} ${launches[*]} " in
     *" $f "*) ;;
     *) launches+=("$f") ;;
   esac
@@ -73,7 +65,7 @@ done
 log=$(mktemp -t neuron_mpi_inproc.XXXXXX)
 trap 'rm -f "$log"' EXIT
 .venv/bin/python -m pytest -p no:cacheprovider --basetemp="$PWD/.pytest_inproc" \
-  --deselect "$MPI_IN_INPROC" "${inproc[@]}" "${SMALL_MPI[@]}" "${late[@]}" > "$log" 2>&1 &
+  --deselect "$MPI_IN_INPROC" "${inproc[@]}" "${SMALL_MPI[@]}" > "$log" 2>&1 &
 inproc_pid=$!
 set +e
 .venv/bin/python -m pytest "${small[@]}" "${launches[@]}" "$MPI_IN_INPROC"

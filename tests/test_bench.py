@@ -440,6 +440,21 @@ def test_facade_p2p_benchmark_runs_every_way_exactly():
     assert odd.returncode != 0 and "needs an even number of ranks" in odd.stderr
 
 
+def test_facade_halo_benchmark_runs_both_libraries_exactly():
+    """benchmarks/facade_halo.py on 4 ranks (a periodic 2 x 2 grid, where each
+    neighbour is met twice): a row per size, operation and library (Open MPI's at
+    1.00), every block from the neighbour it should come from, exit 0."""
+    prog = [sys.executable, str(ROOT / "benchmarks" / "facade_halo.py")]
+    res = _launch(["--bytes", "1KB", "40KB", "--iters", "3"], program=prog, ranks=4)
+    assert res.returncode == 0, res.stdout + res.stderr
+    rows = [ln.split() for ln in res.stdout.splitlines() if ln.startswith("  ")]
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        (b, op, lib) for b in ("1024", "40960") for op in ("alltoall", "allgather")
+        for lib in ("mpi", "facade")]
+    assert all(r[-1] == "yes" and float(r[3]) > 0 for r in rows)
+    assert all(float(r[5]) == 1.0 for r in rows if r[2] == "mpi")
+
+
 def test_facade_objects_benchmark_runs_every_operation_alike():
     """benchmarks/facade_objects.py on 3 ranks: a row per object and operation,
     every rank's result the same as mpi4py's own call gave, exit 0."""

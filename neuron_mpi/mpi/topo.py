@@ -144,31 +144,65 @@ class _Neighbourhood:
         the communicator (every member calls it, with or without neighbours), each
         destination's blocks in the order of their k; nothing from MPI.PROC_NULL.
         Returns (the all-to-all-v's result or Handle, what places it in ``out``)."""
-        sources, dests = self._inout()
-        n = self.Get_size()
-        send_counts = [0] * n
-        ordered = []
-        for d in range(n):  # (each destination's blocks, in the order of k)
-            for k, dst in enumerate(dests):
-                if dst == d:
-                    ordered.append(parts[k])
-                    send_counts[d] += parts[k].nbytes
-        recv_counts = [0] * n
-        order: dict = {}
-        for j, src in enumerate(sources):
-            if src != _MPI.PROC_NULL:
-                order.setdefault(src, []).append((self._sent_as(j), j))
-                recv_counts[src] += counts[j] * out.itemsize
-        x = np.concatenate(ordered) if ordered else np.empty(0, np.uint8)
+        order, send_counts, recv_counts, spans, bufs = self._layout(
+            tuple(p.nbytes for p in parts), tuple(counts), tuple(displs), out.itemsize)
+        if async_op:  # (in flight: arrays of its own)
+            x = np.concatenate([parts[k] for k in order]) if order else \
+                np.empty(0, np.uint8)
+            got = None
+        else:
+            # a blocking call's arrays, kept with its layout: a loop's calls pass
+            # the communicator the same two arrays, which it repeats without
+            # checking them again ("A call that repeats", docs/architecture.md)
+            x, got = bufs
+            if order:
+                np.concatenate([parts[k] for k in order], out=x)
 
         def place(got):
             got = got.view(out.dtype)
-            offset = 0
-            for src in range(n):
-                for _, j in sorted(order.get(src, ())):
-                    out[displs[j]:displs[j] + counts[j]] = got[offset:offset + counts[j]]
-                    offset += counts[j]
-        return self._c.all_to_all_v(x, send_counts, recv_counts, async_op=async_op), place
+            for at, d, c in spans:
+                out[d:d + c] = got[at:at + c]
+        return self._c.all_to_all_v(x, send_counts, recv_counts, out=got,
+                                    async_op=async_op), place
+
+    def _layout(self, sizes, counts, displs, itemsize):
+        """_swap's layout for blocks of ``sizes`` bytes out and ``counts`` elements
+        (of ``itemsize`` bytes) in at ``displs``: the parts in the order they are
+        sent, the all-to-all-v's send and receive counts, and (offset in what came,
+        displacement in ``out``, count) per block received, and the two byte
+        arrays a blocking call sends from and receives into. Kept per communicator
+        (its neighbours never change), the last few shapes of call."""
+        key = (sizes, counts, displs, itemsize)
+        kept = self.__dict__.setdefault("_layouts", {})  # (no __getattr__: not emulated)
+        got = kept.get(key)
+        if got is not None:
+            return got
+        sources, dests = self._inout()
+        n = self.Get_size()
+        send_counts = [0] * n
+        order = []
+        for d in range(n):  # (each destination's blocks, in the order of k)
+            for k, dst in enumerate(dests):
+                if dst == d:
+                    order.append(k)
+                    send_counts[d] += sizes[k]
+        recv_counts = [0] * n
+        by_source: dict = {}
+        for j, src in enumerate(sources):
+            if src != _MPI.PROC_NULL:
+                by_source.setdefault(src, []).append((self._sent_as(j), j))
+                recv_counts[src] += counts[j] * itemsize
+        spans, at = [], 0
+        for src in range(n):
+            for _, j in sorted(by_source.get(src, ())):
+                spans.append((at, displs[j], counts[j]))
+                at += counts[j]
+        got = (order, send_counts, recv_counts, tuple(spans),
+               (np.empty(sum(send_counts), np.uint8), np.empty(sum(recv_counts), np.uint8)))
+        if len(kept) >= 16:
+            kept.clear()
+        kept[key] = got
+        return got
 
     def Neighbor_allgatherv(self, sendbuf, recvbuf) -> None:
         """Every in-neighbour's ``sendbuf`` into ``recvbuf``'s block j (a -v spec:
@@ -316,6 +350,7 @@ class Cartcomm(_Neighbourhood):
     def _with_grid(cls, nc, dims, periods):
         c = cls(nc)
         c._dims, c._periods = list(dims), list(periods)
+        c._nb = c._neighbours()  # (the grid never changes)
         return c
 
     def Dup(self, info=None):
@@ -420,8 +455,7 @@ class Cartcomm(_Neighbourhood):
         return [self._neighbour(me, i, d) for i in range(len(self._dims)) for d in (-1, 1)]
 
     def _inout(self) -> tuple:
-        n = self._neighbours()
-        return n, n
+        return self._nb, self._nb
 
     @staticmethod
     def _sent_as(j: int) -> int:
@@ -481,6 +515,7 @@ class Graphcomm(_Neighbourhood):
     def _with_graph(cls, nc, index, edges):
         c = cls(nc)
         c._index, c._edges = list(index), list(edges)
+        c._nb = c.Get_neighbors(c.Get_rank())  # (the graph never changes)
         return c
 
     def Dup(self, info=None):
@@ -541,8 +576,7 @@ class Graphcomm(_Neighbourhood):
         return self.Get_neighbors(self.Get_rank())
 
     def _inout(self) -> tuple:
-        nb = self.neighbors
-        return nb, nb
+        return self._nb, self._nb
 
     def __getattr__(self, name):
         not_emulated(self, name, _MPI.Graphcomm)

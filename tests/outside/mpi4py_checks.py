@@ -1360,7 +1360,8 @@ def test_cartesian_grid_halo_exchange_and_neighbour_collectives():
     neighbours (MPI.PROC_NULL past a non-periodic edge), a halo exchange with
     Sendrecv along each dimension gets each neighbour's value, Neighbor_alltoall
     and Neighbor_allgather put neighbour k's block in slot k (per dimension, behind
-    then ahead; a PROC_NULL slot untouched), and Sub keeps a row; bad grids are
+    then ahead; a PROC_NULL slot untouched), also call after call with the same
+    arrays and beside an async one in flight, and Sub keeps a row; bad grids are
     refused on every rank."""
     dims = MPI.Compute_dims(N, 2)
     for periods in ([True, True], [False, True]):
@@ -1394,6 +1395,28 @@ def test_cartesian_grid_halo_exchange_and_neighbour_collectives():
         g.Neighbor_allgather(np.array([R, -R], np.int32), out2)
         for k, src in enumerate(nb):
             assert out2[k].tolist() == ([-1, -1] if src == MPI.PROC_NULL else [src, -src])
+        # a step loop: the same arrays call after call, their contents changing (the
+        # facade keeps a blocking call's own byte arrays with its layout), and an
+        # Ineighbor_alltoall of that shape in flight beside a blocking one: each
+        # call gets the blocks sent at its own step
+        ahead = np.full(4, -1.0)
+        for step in range(4):
+            send[:] = [1000.0 * step + 100.0 * R + k for k in range(4)]
+            if step == 2:
+                held = send.copy()
+                q = g.Ineighbor_alltoall(held, ahead)
+                send += 0.5
+            out[:] = -1.0
+            g.Neighbor_alltoall(send, out)
+            for k, src in enumerate(nb):
+                want = -1.0 if src == MPI.PROC_NULL else \
+                    1000.0 * step + 100.0 * src + (k ^ 1) + (0.5 if step == 2 else 0.0)
+                assert out[k] == want, (step, k, out)
+            if step == 2:
+                q.Wait()
+                for k, src in enumerate(nb):
+                    assert ahead[k] == (-1.0 if src == MPI.PROC_NULL else
+                                        2000.0 + 100.0 * src + (k ^ 1)), (k, ahead)
         row = g.Sub([False, True])
         assert row.dims == [dims[1]] and row.Get_size() == dims[1]
         assert row.Get_rank() == me[1]

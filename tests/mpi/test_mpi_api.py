@@ -126,13 +126,27 @@ def test_async_calls_of_one_shape_reuse_a_spare_scratch(comm):
 
 
 
-def _late_rank0(comm, seconds=1.0):
-    """Rank 0 starts ``seconds`` after the others (a barrier first)."""
+def _late_rank0(comm, seconds=1.0, gated=False):
+    """Rank 0 starts ``seconds`` after the others (a barrier first). ``gated`` (on a
+    board, where async calls return at once): before its sleep rank 0 waits for a
+    message from every other rank (``_release_rank0``, sent once it has looked at
+    its calls in flight), so rank 0 has not called yet when they look, however
+    long a loaded machine keeps a rank off the cores."""
     import time
 
     comm.barrier()
     if comm.rank == 0:
+        if gated:
+            got = np.empty(1, np.int64)
+            for r in range(1, comm.size):
+                comm.recv(got, r)
         time.sleep(seconds)
+
+
+def _release_rank0(comm, gated):
+    """Tell rank 0 (in ``_late_rank0``) that this rank has looked."""
+    if gated and comm.rank != 0:
+        comm.send(np.zeros(1, np.int64), 0)
 
 
 def test_async_barrier_is_done_once_every_member_has_called(comm):
@@ -147,11 +161,12 @@ def test_async_barrier_is_done_once_every_member_has_called(comm):
         pytest.skip("rank 0 sleeps: ran at 1 to 8 ranks")
     late = 1.0
     on_board = comm._control.on_board  # (else the agreement over MPI waits at the call)
-    _late_rank0(comm, late)
+    _late_rank0(comm, late, on_board)
     t0 = time.monotonic()
     h = comm.barrier(async_op=True)
     took = time.monotonic() - t0
     early = h.test()
+    _release_rank0(comm, on_board)
     h.wait()
     waited = time.monotonic() - t0
     assert h.test()
@@ -179,7 +194,7 @@ def test_an_async_call_behind_one_in_flight_returns_at_once(comm):
     late = 1.0
     x, want = _sum_input(comm, "async-behind", 2 * n + 1)
     on_board = comm._control.on_board
-    _late_rank0(comm, late)
+    _late_rank0(comm, late, on_board)
     t0 = time.monotonic()
     h1 = comm.all_reduce(x, async_op=True)
     h2 = comm.all_reduce(x + 1, async_op=True)
@@ -187,6 +202,7 @@ def test_an_async_call_behind_one_in_flight_returns_at_once(comm):
     ag1, ag2 = h1._ex.agreement, h2._ex.agreement
     queued = ag2 is not None and ag2.waiting_for is ag1
     pending = not h1.test() and not h2.test()
+    _release_rank0(comm, on_board)
     h3 = comm.all_reduce(x + 2, async_op=True)
     got = [h2.wait(), h3.wait(), h1.wait(), comm.all_reduce(x)]
     assert_same(got[0], want + n, "second async all_reduce")

@@ -736,10 +736,12 @@ def test_async_wait_lets_the_agent_finish_its_run(comm, monkeypatch):
     eng = comm._engine
     last = sub.size - 1
     x, want = _sum_input(comm, "patient-wait", 1000)
-    runs = []
+    runs, entered = [], threading.Event()
     orig = EX.Execution.run
 
     def run(self, deadline, claim=None):
+        if threading.current_thread() is eng.agent:
+            entered.set()
         status = orig(self, deadline, claim)
         runs.append((threading.current_thread() is eng.agent, status))
         return status
@@ -750,7 +752,12 @@ def test_async_wait_lets_the_agent_finish_its_run(comm, monkeypatch):
         assert_same(sub.all_reduce(x), want, "the late member's all_reduce")
     else:
         h = sub.all_reduce(x, async_op=True, timeout=60)
-        time.sleep(0.1)  # the agent is now asleep in the compiled run
+        # the agent is now asleep in the compiled run (on a loaded machine it may
+        # take a while to get a core: waited for, at most 30 s, where it runs one)
+        if eng.native and eng.mpi is None:
+            entered.wait(30)
+        else:
+            time.sleep(0.1)
         assert_same(h.wait(), want, "the waited all_reduce")
         if eng.native and eng.mpi is None:
             assert (True, native.YIELDED) not in runs, runs

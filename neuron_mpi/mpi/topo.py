@@ -22,6 +22,10 @@ from .objects import loads, split_pickles
 from .persistent import NEIGHBOURHOOD, add_persistent
 from .requests import not_emulated, started
 
+# the byte arrays kept for blocking neighbourhood calls (_Neighbourhood._layout), at
+# most this many bytes a communicator: a larger call's are made for it alone
+KEEP_BYTES = 32 << 20
+
 
 def grid_args(dims, periods, size: int) -> tuple:
     """``dims`` and ``periods`` of MPI_Cart_create checked against a communicator of
@@ -146,7 +150,7 @@ class _Neighbourhood:
         Returns (the all-to-all-v's result or Handle, what places it in ``out``)."""
         order, send_counts, recv_counts, spans, bufs = self._layout(
             tuple(p.nbytes for p in parts), tuple(counts), tuple(displs), out.itemsize)
-        if async_op:  # (in flight: arrays of its own)
+        if async_op or bufs is None:  # (in flight, or too large to keep: its own)
             x = np.concatenate([parts[k] for k in order]) if order else \
                 np.empty(0, np.uint8)
             got = None
@@ -170,8 +174,9 @@ class _Neighbourhood:
         (of ``itemsize`` bytes) in at ``displs``: the parts in the order they are
         sent, the all-to-all-v's send and receive counts, and (offset in what came,
         displacement in ``out``, count) per block received, and the two byte
-        arrays a blocking call sends from and receives into. Kept per communicator
-        (its neighbours never change), the last few shapes of call."""
+        arrays a blocking call sends from and receives into (None: larger than
+        KEEP_BYTES). Kept per communicator (its neighbours never change), the last
+        few shapes of call, their arrays KEEP_BYTES in all at most."""
         key = (sizes, counts, displs, itemsize)
         kept = self.__dict__.setdefault("_layouts", {})  # (no __getattr__: not emulated)
         got = kept.get(key)
@@ -197,10 +202,18 @@ class _Neighbourhood:
             for _, j in sorted(by_source.get(src, ())):
                 spans.append((at, displs[j], counts[j]))
                 at += counts[j]
-        got = (order, send_counts, recv_counts, tuple(spans),
-               (np.empty(sum(send_counts), np.uint8), np.empty(sum(recv_counts), np.uint8)))
-        if len(kept) >= 16:
+        nbytes = sum(send_counts) + sum(recv_counts)
+        keep = nbytes <= KEEP_BYTES
+        used = self.__dict__.get("_kept_bytes", 0)
+        if len(kept) >= 16 or keep and used + nbytes > KEEP_BYTES:
             kept.clear()
+            used = 0
+        bufs = None
+        if keep:
+            bufs = np.empty(sum(send_counts), np.uint8), np.empty(sum(recv_counts), np.uint8)
+            used += nbytes
+        self._kept_bytes = used
+        got = order, send_counts, recv_counts, tuple(spans), bufs
         kept[key] = got
         return got
 

@@ -1425,6 +1425,25 @@ def test_cartesian_grid_halo_exchange_and_neighbour_collectives():
                 for k, src in enumerate(nb):
                     assert ahead[k] == (-1.0 if src == MPI.PROC_NULL else
                                         2000.0 + 100.0 * src + (k ^ 1)), (k, ahead)
+        # the kept arrays are bounded (topo.KEEP_BYTES a communicator): a call larger
+        # than that gets arrays of its own, and smaller ones of new shapes push the
+        # oldest out, results exact either way
+        from neuron_mpi.mpi import topo
+        bound = topo.KEEP_BYTES
+        topo.KEEP_BYTES = 512
+        try:
+            for m in (2, 40, 3, 4, 5, 40):  # (40 doubles a neighbour: 2 x 1280 bytes)
+                big = np.repeat(np.arange(4.0), m) + 100.0 * R
+                got = np.full(4 * m, -1.0)
+                g.Neighbor_alltoall(big, got)
+                for k, src in enumerate(nb):
+                    want = -1.0 if src == MPI.PROC_NULL else 100.0 * src + (k ^ 1)
+                    assert (got[k * m:(k + 1) * m] == want).all(), (m, k, got)
+                assert g._kept_bytes <= 512
+            assert all((bufs is None) == (sum(sc) + sum(rc) > 512)
+                       for _, sc, rc, _, bufs in g._layouts.values())
+        finally:
+            topo.KEEP_BYTES = bound
         row = g.Sub([False, True])
         assert row.dims == [dims[1]] and row.Get_size() == dims[1]
         assert row.Get_rank() == me[1]

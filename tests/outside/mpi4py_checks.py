@@ -154,6 +154,25 @@ def test_scan_and_reductions_on_array_array():
     assert y[0] == N + 0.5
 
 
+def _late_rank0(on_board, tag):
+    """Rank 0 joins the next call late: on a board (where an async call returns at
+    once) once every other rank has told it, by a message on ``tag``
+    (``_release_rank0``), that it has looked at its call; where agreements are
+    routed (the call agrees before it returns: such a message would never be sent)
+    after 1 s."""
+    if R == 0 and on_board:
+        for r in range(1, N):
+            W.Recv(np.empty(1, np.int64), source=r, tag=tag)
+    elif R == 0:
+        time.sleep(1.0)
+
+
+def _release_rank0(on_board, tag):
+    """Tell rank 0, waiting in ``_late_rank0``, that this rank has looked."""
+    if R != 0 and on_board:
+        W.Send(np.zeros(1, np.int64), 0, tag=tag)
+
+
 def test_nonblocking_collectives_progress_while_the_rank_sleeps():
     """Iallreduce, Iallgather, Ialltoall, Ireduce_scatter_block, Ibcast,
     Iallgatherv, Igather, Iscatter, Ialltoallv, Igatherv, Iscatterv and
@@ -242,17 +261,12 @@ def test_nonblocking_collectives_progress_while_the_rank_sleeps():
     on_board = W.communicator._control.on_board
     y = np.full(8, R + 1, np.int64)
     out = np.empty(8, np.int64)
-    if R == 0 and on_board:
-        for r in range(1, N):
-            W.Recv(np.empty(1, np.int64), source=r, tag=77)
-    elif R == 0:
-        time.sleep(1.0)
+    _late_rank0(on_board, 77)
     q = W.Iallreduce(y, out, MPI.MAX)
     t0 = time.perf_counter()
     early = (q.Test(), MPI.Request.Testall([q]), q._handle is not None)
     asked = time.perf_counter() - t0
-    if R != 0 and on_board:
-        W.Send(np.zeros(1, np.int64), 0, tag=77)
+    _release_rank0(on_board, 77)
     index = MPI.Request.Waitany([q])
     # (a Test that found it done completed it: Waitany then has no active request)
     assert index == (MPI.UNDEFINED if early[0] or early[1] else 0)
@@ -715,17 +729,12 @@ def test_persistent_collectives():
     # board rank 0 starts once every other rank has tested, told by a message;
     # where agreements are routed Start agrees before it returns, and rank 0 sleeps)
     on_board = W.communicator._control.on_board
-    if R == 0 and on_board:
-        for r in range(1, N):
-            W.Recv(np.empty(1, np.int64), source=r, tag=78)
-    elif R == 0:
-        time.sleep(1.0)
+    _late_rank0(on_board, 78)
     ar.Start()
     t0 = time.perf_counter()
     early = ar.Test()
     asked = time.perf_counter() - t0
-    if R != 0 and on_board:
-        W.Send(np.zeros(1, np.int64), 0, tag=78)
+    _release_rank0(on_board, 78)
     ar.Wait()
     if N > 1 and R != 0:
         assert (not early or not on_board) and asked < 0.5, (early, asked)

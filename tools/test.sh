@@ -9,9 +9,8 @@
 # launch MPI jobs and other programs, and beside them the in-process ones
 # (schedules, replay, kernels, model: one core's worth, which the first launches
 # leave idle) followed by the MPI suites of 1 to 3 ranks. Its report comes after
-# the first's; the
-# exit status is non-zero when either failed. Arguments (files, -k, ...) run one
-# session with them instead, as plain pytest would.
+# the first's; the exit status is non-zero when either failed. Arguments (files,
+# -k, ...) run one session with them instead, as plain pytest would.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

@@ -103,10 +103,9 @@ def _capsule_api() -> tuple:
     import ctypes
 
     api = ctypes.pythonapi
-    return (ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
-                ("PyCapsule_IsValid", api)),
-            ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
-                ("PyCapsule_GetPointer", api)))
+    is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)
+    get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
+    return is_valid(("PyCapsule_IsValid", api)), get_pointer(("PyCapsule_GetPointer", api))
 
 
 def _has_buffer(obj) -> bool:

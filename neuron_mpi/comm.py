@@ -424,26 +424,8 @@ class Communicator:
         seconds = _timeout_seconds(timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
         seq = int(fp[A.SEQ])
-
-        def expired():
-            return self._agreement_timeout(op, seq, seconds)
-
-        if rows is None:
-            A.compare(self._control.agree(fp, fp.size, seq, deadline, expired), op, seq)
-            return
-        # all-to-all-v: each member's share of the pairwise count check rides with
-        # its fingerprint; only when the shares do not sum to 0 are the count rows
-        # all-gathered, to name the pair that disagrees
-        table = self._control.agree(np.append(fp, share), fp.size, seq, deadline, expired)
-        A.compare(table[:, :fp.size], op, seq)
-        if not A.pairs_agree(table[:, fp.size]):
-            self._name_pair(op, seq, rows, deadline, expired)
-
-    def _name_pair(self, op, seq, rows, deadline, expired):
-        """All-to-all-v's shares did not sum to 0: all-gather the count rows and raise
-        the error naming the first pair that disagrees (on every member alike)."""
-        A.check_all_to_all_v(self._control.allgather(rows, seq, 1, deadline, expired), op)
-        raise A.counts_disagree(op, seq)  # (shares that do not sum to 0: counts differ)
+        self._control.exchange(fp, op, seq, rows, share, deadline,
+                               lambda: self._agreement_timeout(op, seq, seconds))
 
     def _tell_group_rejected(self, op, timeout, err=None):
         """This rank rejected its arguments (``err``): take part in the agreement with
@@ -724,7 +706,7 @@ class Communicator:
         Execution driven here (blocking) or by the agent (async). Apart from _run so
         that a call run alone builds none of the closures' cells."""
         eng, algo, plan = self._engine, sh.algo, sh.plan
-        agreement = None
+        agreement = pre = None
         try:
             if fp is not None:
                 if ran is not None or plan.native is not None and (
@@ -740,7 +722,12 @@ class Communicator:
                     agreement = self._control.board_agreement(
                         fpv, op, seq, deadline,
                         lambda: self._agreement_timeout(op, seq, seconds), behind=async_op)
-                if agreement is None:
+                if agreement is None and async_op:
+                    # no board: its agreement runs before its steps, in the background
+                    # too (control.RoutedAgreement), or at the call (None: a board
+                    # but a vector too long for it)
+                    pre = self._control.routed_agreement(fp, op, seq, rows, share)
+                if agreement is None and pre is None:
                     self._exchange(fp, op, timeout, rows, share)
         except NeuronMPIError as e:
             if call is not None:
@@ -772,10 +759,13 @@ class Communicator:
             ex.adopt(*ran[2])  # go on from where the compiled run stopped
         if agreement is not None:
             agreement.execution = ex
+        ex.pre = pre
 
         def on_timeout():
             if ex.agreeing:
                 err = self._agreement_timeout(op, seq, seconds)
+                if agreement is None:  # routed: the census once out of the drive
+                    return err
                 return self._control._named(err, agreement.absent())
             return self._timeout_error(ex, op, seconds)
 
@@ -791,6 +781,8 @@ class Communicator:
                 if isinstance(e, NeuronMPIError) and (
                         agreement is not None and not agreement.finished or ex.agreeing):
                     eng.cancel(ex, e)
+                    if ex.pre is not None and isinstance(e, CollectiveTimeoutError):
+                        self._control._named(e, self._control._census(seq))
                     self._agreement_failed(e, entry)
                 self._fail(e, entry, ex)
                 raise
@@ -870,8 +862,8 @@ class Communicator:
         ctl.turn_over(p)
         try:
             A.compare(table, op, seq)
-            self._name_pair(op, seq, rows, deadline,
-                            lambda: self._agreement_timeout(op, seq, seconds))
+            ctl.name_pair(rows, op, seq, deadline,
+                          lambda: self._agreement_timeout(op, seq, seconds))
         except NeuronMPIError as e:
             self._agreement_failed(e, entry)
 

@@ -23,13 +23,14 @@ the same error as on the other paths.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
 
 from . import agree as A
 from .engine import CENSUS_XID
-from .errors import CollectiveTimeoutError
+from .errors import CollectiveMismatchError, CollectiveTimeoutError, InvalidArgumentError
 from .executor import Execution, Plan
 from .transport.segment import FP_WORDS
 
@@ -53,6 +54,92 @@ class _Split:
         self.parity = 0
 
 
+class _Turn:
+    """A wait of an agreement's steps: every member arrived on ``board``'s turn of
+    ``parity`` (its counter reached ``target``)."""
+
+    __slots__ = ("board", "parity", "target")
+
+    def __init__(self, board, parity: int, target: int):
+        self.board, self.parity, self.target = board, parity, target
+
+
+class RoutedAgreement:
+    """An async call's argument agreement where its communicator has no board
+    (members in several domains, or the MPI transport): the steps of
+    Control._exchange_steps, resumed by the engine's progress (the call's
+    execution advances it first, with the engine's lock held) whenever the wait
+    they stopped at is over. So the call returns at once, the agent agrees while
+    the program computes, and a mismatch is raised by wait(), before any data moved,
+    as on a board. It starts once the agreement ahead of it on the communicator
+    (``after``) is over. ``over``: its steps ran to their end (``error``: the
+    mismatch they raised, alike on every member); ``broken``: it failed inside
+    them (its call timed out or failed), so no later call can agree."""
+
+    def __init__(self, control, steps, op: str, seq: int, after):
+        self.control = control
+        self.op, self.seq = op, seq
+        self._steps = steps
+        self._after = after
+        self._wait = None  # what the steps wait for (None: not started)
+        self.over = self.broken = False
+        self.error = None
+
+    def advance(self) -> bool:
+        """Resume the steps as far as their waits allow; True once every member
+        agreed. Raises the agreement's error."""
+        if self.over or self.broken:
+            if self.error is not None:
+                raise self.error
+            return True
+        ahead = self._after
+        if ahead is not None:
+            if ahead.broken:
+                self.fail(CollectiveTimeoutError(
+                    f"{self.op} (call {self.seq} on this communicator): call {ahead.seq} "
+                    f"ended before its members agreed on the arguments ({ahead.error}); "
+                    "this call cannot agree"))
+                raise self.error
+            if not ahead.over:
+                return False
+            self._after = None
+        try:
+            while self._wait is None or self._met(self._wait):
+                self._wait = self._steps.send(None)
+        except StopIteration:
+            self.over = True
+            return True
+        except (CollectiveMismatchError, InvalidArgumentError) as e:  # (agreed: every
+            self.over = True  # member raises it, its steps all taken)
+            self.error = e
+            raise
+        except BaseException as e:  # (a failed exchange: it gives its pieces back)
+            self.fail(e)
+            raise
+        return False
+
+    def _met(self, w) -> bool:
+        if isinstance(w, Execution):
+            return w.done or w.advance()
+        if isinstance(w, _Turn):
+            return w.board.ready(w.parity, w.target)
+        eng = self.control.comm._engine
+        return all(eng.has(key) for key in w)
+
+    def fail(self, err: BaseException) -> None:
+        """It failed, or its call did, before the agreement was over (a timeout, a
+        failed communicator, a failed exchange): the exchange under way gives its
+        pieces back."""
+        if self.over or self.broken:
+            return
+        self.broken = True
+        self.error = err
+        w = self._wait
+        if isinstance(w, Execution) and not w.done:
+            w.fail(err)
+        self._steps.close()
+
+
 def _control_algorithm(view) -> str:
     """Few rounds and few pieces per rank: the control vectors are tiny."""
     if view.node_symmetric:
@@ -73,6 +160,7 @@ class Control:
         self._open = None  # the last BoardAgreement handed to an execution
         self._plans: dict = {}  # the routed exchange's plan per vector length
         self._split = _UNDECIDED  # a _Split, or None: no agreement in two levels
+        self._routed_open = None  # the last RoutedAgreement handed to an execution
 
     @property
     def _board(self):
@@ -94,10 +182,8 @@ class Control:
         tells two exchanges of one call apart. Past ``deadline`` raises
         ``expired()`` (a CollectiveTimeoutError) with the absent members named."""
         vec = np.ascontiguousarray(vec, np.int64).reshape(-1)
-        if self._board is not None and vec.size <= FP_WORDS:
-            self.settle(deadline, expired)
-            return self._on_board(vec, seq, deadline, expired)
-        return self._routed(vec, seq, which, deadline, expired)
+        return self._run(self._allgather_steps(vec, seq, which, deadline, expired), seq,
+                         deadline, expired)
 
     def agree(self, vec: np.ndarray, nf: int, seq: int, deadline, expired) -> np.ndarray:
         """The members' ``vec`` (int64, at most FP_WORDS: a fingerprint's ``nf``
@@ -107,28 +193,137 @@ class Control:
         communicator's first call, in two levels (the module's docstring): then,
         when they agree, the table is the fields repeated and zeros. Past
         ``deadline`` raises ``expired()`` with the absent members named."""
+        return self._run(self._agree_steps(vec, nf, seq, deadline, expired,
+                                           self.comm._engine.held), seq, deadline, expired)
+
+    def exchange(self, fp, op: str, seq: int, rows, share: int, deadline, expired) -> None:
+        """A call's whole argument agreement (comm.Communicator._exchange): raises
+        the same error on every member when they disagree."""
+        self._run(self._exchange_steps(fp, op, seq, rows, share, deadline, expired,
+                                       self.comm._engine.held), seq, deadline, expired)
+
+    def routed_agreement(self, fp, op: str, seq: int, rows, share: int):
+        """An async call's agreement where this communicator has no board, run in
+        the background by its execution (RoutedAgreement), queued behind the
+        previous call's when that one is still open. None when it has a board (the
+        caller agrees at the call, as before)."""
+        if self._board is not None:
+            return None
+        # (its steps run with the engine's lock held: they take no lock themselves)
+        steps = self._exchange_steps(fp, op, seq, rows, share, None, None, contextlib.nullcontext)
+        ag = RoutedAgreement(self, steps, op, seq, self._routed_open)
+        self._routed_open = ag
+        return ag
+
+    # --- the agreement as steps -------------------------------------------------------
+    # The routed agreement is a generator of waits (an Execution to finish, a _Turn
+    # of a board, or piece keys to arrive), so that one text runs either at the
+    # call (_run: a blocking call, driving the engine until each wait is over) or
+    # in the background (RoutedAgreement: the engine's progress resumes it once
+    # its wait is over, whichever thread progresses). A board's own agreement
+    # (with its settle and _on_board) only runs at the call: those steps return
+    # before their first yield, and RoutedAgreement is made only without a board.
+    def _exchange_steps(self, fp, op, seq, rows, share, deadline, expired, held):
+        if rows is None:
+            A.compare((yield from self._agree_steps(fp, fp.size, seq, deadline, expired, held)),
+                      op, seq)
+            return
+        # all-to-all-v: each member's share of the pairwise count check rides with
+        # its fingerprint; only when the shares do not sum to 0 are the count rows
+        # all-gathered, to name the pair that disagrees
+        table = yield from self._agree_steps(np.append(fp, share), fp.size, seq, deadline,
+                                             expired, held)
+        A.compare(table[:, :fp.size], op, seq)
+        if not A.pairs_agree(table[:, fp.size]):
+            yield from self._name_pair_steps(rows, op, seq, deadline, expired)
+
+    def name_pair(self, rows, op: str, seq: int, deadline, expired) -> None:
+        """All-to-all-v's shares did not sum to 0: all-gather the count rows and
+        raise the error naming the first pair that disagrees (on every member
+        alike)."""
+        self._run(self._name_pair_steps(rows, op, seq, deadline, expired), seq, deadline,
+                  expired)
+
+    def _name_pair_steps(self, rows, op, seq, deadline, expired):
+        rows = np.ascontiguousarray(rows, np.int64).reshape(-1)
+        A.check_all_to_all_v((yield from self._allgather_steps(rows, seq, 1, deadline,
+                                                               expired)), op)
+        raise A.counts_disagree(op, seq)  # (shares that do not sum to 0: counts differ)
+
+    def _allgather_steps(self, vec, seq, which, deadline, expired):
+        if self._board is not None and vec.size <= FP_WORDS:
+            self.settle(deadline, expired)
+            return self._on_board(vec, seq, deadline, expired)
+        return (yield from self._routed_steps(vec, seq, which))
+
+    def _agree_steps(self, vec, nf, seq, deadline, expired, held):
         if self._board is not None or vec.size > FP_WORDS:
-            return self.allgather(vec, seq, 0, deadline, expired)
+            return (yield from self._allgather_steps(vec, seq, 0, deadline, expired))
         # every member's vector as long, whatever call it makes (as a board's rows
         # are): a member refusing its call (status 1) sends a fingerprint without
         # all-to-all-v's words; the table's words past this member's are the others'
         k = vec.size
-        return self._agree_routed(np.append(vec, np.zeros(FP_WORDS - k, np.int64)), nf, seq,
-                                  deadline, expired)[:, :k]
-
-    def _agree_routed(self, vec, nf, seq, deadline, expired) -> np.ndarray:
+        vec = np.append(vec, np.zeros(FP_WORDS - k, np.int64))
         sp = self._split
         if sp is _UNDECIDED:
             # the first call decides, alike on every member: a word beside the
             # vector says whether this member's domain has a board for it
             sp = self._split_layout()
-            table = self._routed(np.append(vec, 0 if sp is None else 1), seq, 0, deadline,
-                                 expired)
+            table = yield from self._routed_steps(np.append(vec, 0 if sp is None else 1), seq,
+                                                  0)
             self._split = sp if table[:, -1].all() else None
-            return table[:, :-1]
+            return table[:, :k]
         if sp is None:
-            return self._routed(vec, seq, 0, deadline, expired)
-        return self._two_level(sp, vec, nf, seq, deadline, expired)
+            return (yield from self._routed_steps(vec, seq, 0))[:, :k]
+        return (yield from self._two_level_steps(sp, vec, nf, seq, held))[:, :k]
+
+    def _run(self, steps, seq, deadline, expired):
+        """Run an agreement's steps at the call: drive the engine through each wait
+        (after the communicator's open background agreement, if any, is over); past
+        ``deadline`` raise ``expired()`` naming the members not heard from."""
+        eng = self.comm._engine
+        if self._board is None:
+            self._settle_routed(deadline, expired)
+        try:
+            w = next(steps)
+            while True:
+                if isinstance(w, Execution):
+                    try:  # (done with its own pieces posted: Engine.finished)
+                        eng.drive(lambda: eng.finished(w), deadline, expired, start=w)
+                    except CollectiveTimeoutError as err:
+                        eng.cancel(w, err)
+                        raise self._named(err, self._census(seq))
+                elif isinstance(w, _Turn):
+                    self._wait_turn(w.board, w.parity, w.target, deadline, expired,
+                                    lambda: self._census(seq))
+                else:  # piece keys
+                    try:
+                        eng.drive(lambda: all(eng.has(key) for key in w), deadline, expired)
+                    except CollectiveTimeoutError as err:
+                        raise self._named(err, self._census(seq))
+                w = steps.send(None)
+        except StopIteration as stop:
+            return stop.value
+
+    def _settle_routed(self, deadline, expired) -> None:
+        """Wait until the communicator's last background agreement (an async call's
+        RoutedAgreement) is over on this rank: agreements on a communicator take
+        turns in call order. Raises when it ended inside its steps (a timeout, a
+        failed read: the turns it left cannot be taken again)."""
+        ag = self._routed_open
+        if ag is None:
+            return
+        if not ag.over and not ag.broken:
+            eng = self.comm._engine
+            try:
+                eng.drive(lambda: ag.over or ag.broken, deadline, expired)
+            except CollectiveTimeoutError as err:
+                raise self._named(err, self._census(ag.seq))
+        self._routed_open = None
+        if not ag.over:
+            raise CollectiveTimeoutError(
+                f"{ag.op} (call {ag.seq} on this communicator) ended before its members "
+                f"agreed on the arguments ({ag.error}); the next call cannot agree")
 
     def _split_layout(self):
         """This rank's _Split, or None where the agreement cannot run in two levels:
@@ -148,14 +343,18 @@ class Control:
         if len(by_dom) < 2 or max(len(v) for v in by_dom.values()) * FP_WORDS * 8 > \
                 eng.piece_bytes:
             return None
-        # (its own id; only this module's Python waits on it: no doorbells rung)
+        # (its own id; no doorbells rung, which would wake every member's agent:
+        # the Python of a blocking agreement sleeps on the board's counter, and an
+        # async call's agreement in the engine's progress sees a turn complete at
+        # its next poll: across domains an engine with work polls MPI at least every
+        # POLL_MAX, or POLL_IDLE once nothing moved for QUIET)
         board = eng.shm.board(comm._id | 1 << 62, [comm.ranks[m] for m in mine], ring=False)
         if board is None:
             return None
         others = [(v[0], v) for v in by_dom.values() if v is not mine]
         return _Split(board, mine, mine.index(comm.rank), others)
 
-    def _two_level(self, sp, vec, nf, seq, deadline, expired) -> np.ndarray:
+    def _two_level_steps(self, sp, vec, nf, seq, held):
         comm = self.comm
         n = comm.size
         k = vec.size
@@ -164,26 +363,26 @@ class Control:
         # reads but for the leader's row, before the first is complete: the leader
         # reads the first turn's table before it arrives at the second, and nobody
         # writes that table again before the second is complete)
-        local = self._sub_turn(sp, vec, seq, deadline, expired, sp.row == 0)
+        local = yield from self._sub_turn_steps(sp, vec, sp.row == 0)
         verdict = np.zeros(1, np.int64)
         if sp.row == 0:  # the leader: every domain's table, then the verdict
             rows = local[:, :k]
             table = np.empty((n, k), np.int64)
             table[sp.local] = rows
-            self._leaders(sp, rows, table, seq, deadline, expired)
+            yield from self._leaders_steps(sp, rows, table, seq, held)
             fields = table[:, :nf]
             same = (fields == fields[0]).all() and not fields[0, A.STATUS] and \
                 all(A.pairs_agree(table[:, j]) for j in range(nf, k))
             verdict[0] = 1 if same else 2
-        said = self._sub_turn(sp, verdict, seq, deadline, expired, True)
+        said = yield from self._sub_turn_steps(sp, verdict, True)
         if said[0, 0] == 1:
             table = np.zeros((n, k), np.int64)
             table[:, :nf] = vec[:nf]
             return table
         # some member disagrees: the whole table, for every member's same error
-        return self._routed(vec, seq, 0, deadline, expired)
+        return (yield from self._routed_steps(vec, seq, 0))
 
-    def _sub_turn(self, sp, row, seq, deadline, expired, wait: bool):
+    def _sub_turn_steps(self, sp, row, wait: bool):
         """One turn on this domain's board of a two-level agreement: publish ``row``,
         and with ``wait``, wait for every domain-mate and return their rows (a copy)."""
         b = sp.board
@@ -193,13 +392,13 @@ class Control:
             b.done(p)
             sp.parity ^= 1
             return None
-        self._wait_turn(b, p, target, deadline, expired, lambda: self._census(seq))
+        yield _Turn(b, p, target)
         table = b.table(p)
         b.done(p)
         sp.parity ^= 1
         return table
 
-    def _leaders(self, sp, rows, table, seq, deadline, expired) -> None:
+    def _leaders_steps(self, sp, rows, table, seq, held):
         """This domain's leader sends its domain's ``rows`` to every other domain's
         leader and files theirs in ``table`` (over the engine: MPI between domains)."""
         comm = self.comm
@@ -207,15 +406,12 @@ class Control:
         cid, cseq, me = comm._id, -2 * seq - 1, comm.rank
         payload = np.ascontiguousarray(rows).reshape(-1).view(np.uint8)
         keys = {(cid, cseq, LEADER_XID - lead, 0): members for lead, members in sp.others}
-        with eng.held():
+        with held():
             for lead, _ in sp.others:
                 eng.send((cid, cseq, LEADER_XID - me, 0), comm.ranks[lead], payload,
                          payload.nbytes)
-        try:
-            eng.drive(lambda: all(eng.has(key) for key in keys), deadline, expired)
-        except CollectiveTimeoutError as err:
-            raise self._named(err, self._census(seq))
-        with eng.held():
+        yield list(keys)
+        with held():
             for key, members in keys.items():
                 a = eng.take(key)
                 table[members] = a.data.view(np.int64).reshape(len(members), -1)
@@ -314,7 +510,7 @@ class Control:
         return [m for m in range(self.comm.size) if t[m, SEQ] != seq]
 
     # --- routed -----------------------------------------------------------------------
-    def _routed(self, vec, seq, which, deadline, expired):
+    def _routed_steps(self, vec, seq, which):
         from .algorithms.select import schedule_for
 
         comm = self.comm
@@ -337,11 +533,7 @@ class Control:
         ex = Execution(eng, plan, {"in": vec, "out": out, "tmp": np.empty(plan.tmp_elems,
                                                                           np.int64)},
                        comm._id, cseq, "agreement")
-        try:  # (done with its own pieces posted: Engine.finished)
-            eng.drive(lambda: eng.finished(ex), deadline, expired, start=ex)
-        except CollectiveTimeoutError as err:
-            eng.cancel(ex, err)
-            raise self._named(err, self._census(seq))
+        yield ex
         if ex.error is not None:
             raise ex.error
         return out.reshape(n, vec.size)

@@ -578,7 +578,7 @@ class Engine:
         if len(self.active) != 1 or self.outq or self.inbox or self.mpi is not None:
             return None
         ex = self.active[0]
-        return None if ex.done or ex.plan.native is None else ex
+        return None if ex.done or ex.plan.native is None or ex.pre is not None else ex
 
     def solo(self) -> bool:
         """Nothing else in flight: a blocking call may run compiled to its end."""

@@ -534,6 +534,9 @@ class Execution:
         self._missing: list[int] = []
         self._pending: list = []
         self.agreement = agreement  # control.BoardAgreement run before the first step
+        # control.RoutedAgreement (an async call without a board): advanced first,
+        # no step runs before it is over (then None)
+        self.pre = None
         self._nargs = None  # the compiled data plane's arguments (native plans)
         self._xs = self._flags = None
         self._adopted = None  # the status of a lone run this execution took over
@@ -597,6 +600,8 @@ class Execution:
 
     def fail(self, err: BaseException) -> None:
         self.error = err
+        if self.pre is not None:
+            self.pre.fail(err)
         if self._child is not None:  # (the compiled part under way gives its pieces back)
             self._child.fail(err)
         if self._nargs is not None:  # pieces its receivers were to read from its buffers
@@ -616,6 +621,10 @@ class Execution:
     def advance(self) -> bool:
         """Run as far as arrived data allows; True once finished. Call with the
         engine's lock held."""
+        if self.pre is not None:
+            if not self.pre.advance():
+                return False
+            self.pre = None
         if self.plan.native is not None:
             return self._native_advance()
         parts = self.plan.parts
@@ -771,7 +780,8 @@ class Execution:
     @property
     def agreeing(self) -> bool:
         """Still in the argument agreement (no data has moved)."""
-        return self.agreement is not None and (self._xs is None or self._xs[3] != 0)
+        return self.pre is not None or self.agreement is not None and (
+            self._xs is None or self._xs[3] != 0)
 
     def _native_status(self, status) -> bool:
         """Act on what the compiled pass returned; True once the execution is done."""
@@ -877,6 +887,10 @@ class Execution:
         if status is None:
             if self._behind():  # (the one ahead is in flight too: passes advance both)
                 return native.BLOCKED
+            if self.pre is not None:  # (a routed agreement first: Python's)
+                if not self.pre.advance():
+                    return native.BLOCKED
+                self.pre = None
             status = native.exec_run(*self._native_args(), NO_CLAIM if claim is None else claim,
                                      deadline_ns(deadline))
         if status in (native.DONE, native.SIZE, native.MISMATCH, native.FAULT):

@@ -492,10 +492,11 @@ class Intracomm(Objects, PointToPoint, Attributes):
     def Ibarrier(self) -> Request:
         """In flight: done once every member has called Ibarrier. Where the
         communicator's agreements are routed (NEURON_MPI_TRANSPORT=mpi, or members
-        on several hosts or shared-memory domains), where its own async barrier
-        would return only once every member had called it, a barrier of
-        point-to-point messages (tagged.Barrier) that this rank's point-to-point
-        calls (Test, Wait, Iprobe, receives) move on."""
+        on several hosts or shared-memory domains), a barrier of point-to-point
+        messages (tagged.Barrier) that this rank's point-to-point calls (Test, Wait,
+        Iprobe, receives) move on: an NBX exchange's Ibarrier progresses with its
+        Issends there even where MPI gives no thread for the agent (no
+        MPI_THREAD_MULTIPLE). (Made when async calls agreed at the call there.)"""
         c = self._c
         if c.size > 1 and not c._control.on_board:
             b = Barrier(self._t, c.rank, c.size)

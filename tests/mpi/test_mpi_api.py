@@ -127,11 +127,11 @@ def test_async_calls_of_one_shape_reuse_a_spare_scratch(comm):
 
 
 def _late_rank0(comm, seconds=1.0, gated=False):
-    """Rank 0 starts ``seconds`` after the others (a barrier first). ``gated`` (on a
-    board, where async calls return at once): before its sleep rank 0 waits for a
-    message from every other rank (``_release_rank0``, sent once it has looked at
-    its calls in flight), so rank 0 has not called yet when they look, however
-    long a loaded machine keeps a rank off the cores."""
+    """Rank 0 starts ``seconds`` after the others (a barrier first). ``gated`` (async
+    calls, which return at once): before its sleep rank 0 waits for a message from
+    every other rank (``_release_rank0``, sent once it has looked at its calls in
+    flight), so rank 0 has not called yet when they look, however long a loaded
+    machine keeps a rank off the cores."""
     import time
 
     comm.barrier()
@@ -152,21 +152,20 @@ def _release_rank0(comm, gated):
 def test_async_barrier_is_done_once_every_member_has_called(comm):
     """barrier(async_op=True) (MPI_Ibarrier) returns at once; its handle is not done
     while rank 0 is late and is done once rank 0 has called; a call after it runs
-    as usual. (With the agreement over MPI, NEURON_MPI_TRANSPORT=mpi, an async call
-    returns once its agreement is over, as every async call there does.)"""
+    as usual, on a board and where agreements are routed (NEURON_MPI_TRANSPORT=mpi,
+    several domains) alike."""
     import time
 
     n = comm.size
     if n > SMALL_WORLD:
         pytest.skip("rank 0 sleeps: ran at 1 to 8 ranks")
     late = 1.0
-    on_board = comm._control.on_board  # (else the agreement over MPI waits at the call)
-    _late_rank0(comm, late, on_board)
+    _late_rank0(comm, late, True)
     t0 = time.monotonic()
     h = comm.barrier(async_op=True)
     took = time.monotonic() - t0
     early = h.test()
-    _release_rank0(comm, on_board)
+    _release_rank0(comm, True)
     h.wait()
     waited = time.monotonic() - t0
     assert h.test()
@@ -174,18 +173,19 @@ def test_async_barrier_is_done_once_every_member_has_called(comm):
     assert_same(comm.all_reduce(x), want, "all_reduce after an async barrier")
     if n > 1 and comm.rank != 0:
         assert waited > late / 2, f"wait() returned after {waited:.2f} s"
-        if on_board:
-            assert took < late / 2, f"barrier(async_op=True) took {took:.2f} s to return"
-            assert not early, "the barrier was done before rank 0 called it"
+        assert took < late / 2, f"barrier(async_op=True) took {took:.2f} s to return"
+        assert not early, "the barrier was done before rank 0 called it"
 
 
 def test_an_async_call_behind_one_in_flight_returns_at_once(comm):
     """A second async call on a communicator whose previous one is still waiting
     for its members does not wait for them either: its agreement is queued behind
     the open one (published once that one has finished on this rank), so both
-    calls return at once while rank 0 is 1 s late; a third
-    settles first (it waits for the first agreement). Results exact, in any order
-    of wait(). (Every rank makes every call before anything is asserted.)"""
+    calls return at once while rank 0 is 1 s late, on a board and where agreements
+    are routed; a third
+    settles first on a board (it waits for the first agreement; routed, it queues
+    too). Results exact, in any order of wait(). (Every rank makes every call
+    before anything is asserted.)"""
     import time
 
     n = comm.size
@@ -194,30 +194,34 @@ def test_an_async_call_behind_one_in_flight_returns_at_once(comm):
     late = 1.0
     x, want = _sum_input(comm, "async-behind", 2 * n + 1)
     on_board = comm._control.on_board
-    _late_rank0(comm, late, on_board)
+    _late_rank0(comm, late, True)
     t0 = time.monotonic()
     h1 = comm.all_reduce(x, async_op=True)
     h2 = comm.all_reduce(x + 1, async_op=True)
     took = time.monotonic() - t0
-    ag1, ag2 = h1._ex.agreement, h2._ex.agreement
-    queued = ag2 is not None and ag2.waiting_for is ag1
+    if on_board:
+        ag1, ag2 = h1._ex.agreement, h2._ex.agreement
+        queued = ag2 is not None and ag2.waiting_for is ag1
+    else:  # routed (control.RoutedAgreement)
+        ag1, ag2 = h1._ex.pre, h2._ex.pre
+        queued = ag2 is not None and ag2._after is ag1
     pending = not h1.test() and not h2.test()
-    _release_rank0(comm, on_board)
+    _release_rank0(comm, True)
     h3 = comm.all_reduce(x + 2, async_op=True)
     got = [h2.wait(), h3.wait(), h1.wait(), comm.all_reduce(x)]
     assert_same(got[0], want + n, "second async all_reduce")
     assert_same(got[1], want + 2 * n, "third async all_reduce")
     assert_same(got[2], want, "first async all_reduce")
     assert_same(got[3], want, "a blocking call after them")
-    if on_board and n > 1 and comm.rank != 0:
+    if n > 1 and comm.rank != 0:
         assert took < late / 2, f"two async calls took {took:.2f} s to return"
         assert queued and pending
 
 
 def test_a_mismatch_in_an_async_call_behind_another_is_raised_by_its_wait(comm):
     """The queued agreement still compares: a count that differs on rank 0 in the
-    second call fails that call on every rank (from wait() on a board, at the call
-    where agreements are routed), and the first one completes right."""
+    second call fails that call on every rank from wait() (on a board and where
+    agreements are routed), and the first one completes right."""
     from neuron_mpi.errors import CollectiveMismatchError
 
     n = comm.size
@@ -228,14 +232,6 @@ def test_a_mismatch_in_an_async_call_behind_another_is_raised_by_its_wait(comm):
     _late_rank0(comm, 0.5)
     h1 = sub.all_reduce(x, async_op=True)
     y = x[:-1] if sub.rank == 0 else x
-    if not sub._control.on_board:
-        # the routed agreement: a call behind another agrees before it returns
-        try:
-            with pytest.raises(CollectiveMismatchError, match="count"):
-                sub.all_reduce(y, async_op=True)
-        finally:
-            comm.barrier()
-        return
     h2 = sub.all_reduce(y, async_op=True)
     try:
         assert_same(h1.wait(), want, "the first call")
@@ -252,9 +248,8 @@ def test_an_async_call_behind_one_that_times_out_fails_too(comm):
     from neuron_mpi.errors import CollectiveTimeoutError, NeuronMPIError
 
     n = comm.size
-    if n < 2 or n > SMALL_WORLD or not comm._control.on_board:
-        pytest.skip("needs 2 to 8 ranks (a timeout: ran at up to 8) and a board (a "
-                    "routed agreement is made at the call)")
+    if n < 2 or n > SMALL_WORLD:
+        pytest.skip("needs 2 to 8 ranks (a timeout: ran at up to 8)")
     sub = comm.split([list(range(n))])
     eng = comm._engine
     try:

@@ -479,3 +479,40 @@ def test_all_to_all_v_counts_across_domains(comm):
         assert f"rank(s) {last} of the group" in str(info.value), str(info.value)
     got = sub.all_to_all_v(np.full(n, me, np.float32), [1] * n, [1] * n, timeout=60)
     assert_same(got, np.arange(n, dtype=np.float32), "all_to_all_v after a rejected one")
+
+
+@pytest.mark.mpi(min_size=2)
+def test_async_calls_agree_across_domains_in_the_background(comm):
+    """Across domains (and wherever agreements are routed) an async call returns
+    before the other members have called it, as on one board: the last member of
+    the last domain calls only after a message from every other rank, which each
+    sends once its own call has returned and its handle is not done (a call that
+    agreed before returning would wait for that rank for ever: its 30 s deadline).
+    The results are exact; a count that differs on that rank in a later pair of
+    async calls fails the second call from wait() on every rank, the first one
+    completing right (the mismatch found in the background, before any data moved)."""
+    sub = _agreed_once(comm)
+    doms = _domains(sub)
+    n, me = sub.size, sub.rank
+    late = doms[-1][-1] if doms else n - 1
+    x = np.full(5, me + 1, np.float32)
+    want = np.full(5, n * (n + 1) / 2, np.float32)
+    token = np.zeros(1, np.int64)
+    if me == late:
+        for r in range(n):
+            if r != late:
+                sub.recv(token, r, timeout=60)
+    h = sub.all_reduce(x, async_op=True, timeout=30)
+    pending = me == late or not h.test()
+    if me != late:
+        sub.send(token, late, timeout=60)
+    assert_same(h.wait(), want, "async all_reduce")
+    assert pending, "done before the last member had called"
+    h1 = sub.all_reduce(x, async_op=True, timeout=30)
+    h2 = sub.all_reduce(x[:4] if me == late else x, async_op=True, timeout=30)
+    try:
+        assert_same(h1.wait(), want, "the async call before the mismatch")
+        with pytest.raises(nm.CollectiveMismatchError, match="count"):
+            h2.wait()
+    finally:
+        comm.barrier()

@@ -303,21 +303,16 @@ def test_a_failed_communicator_fails_its_async_calls_in_flight(comm):
     sub = _fresh(comm)
     n, me = sub.size, sub.rank
     if me != n - 1:
-        if sub._control.on_board:  # (an async call's agreement runs in the background)
-            h = sub.all_reduce(np.ones(64, np.float32), async_op=True, timeout=60)
-            with pytest.raises(nm.CollectiveTimeoutError):
-                sub.all_reduce(np.ones(4, np.float32), timeout=0.5)
-        else:  # routed (the MPI transport): the async call agrees before it returns
-            with pytest.raises(nm.CollectiveTimeoutError):
-                sub.all_reduce(np.ones(64, np.float32), async_op=True, timeout=0.5)
-            h = None
+        # (an async call's agreement runs in the background, on a board and routed)
+        h = sub.all_reduce(np.ones(64, np.float32), async_op=True, timeout=60)
+        with pytest.raises(nm.CollectiveTimeoutError):
+            sub.all_reduce(np.ones(4, np.float32), timeout=0.5)
         eng = sub._engine
         with eng.held():
             left = [(e.op, e.seq) for e in eng.active if e.comm_id == sub._id]
         assert left == [], f"calls of the failed communicator still in flight: {left}"
         with pytest.raises(nm.CommunicatorFailedError):
-            h.wait() if h is not None else sub.all_reduce(np.ones(4, np.float32),
-                                                          async_op=True)
+            h.wait()
     comm.barrier()
 
 
@@ -424,9 +419,6 @@ def test_an_async_all_to_all_v_is_in_flight_and_its_count_mismatch_is_raised_by_
     deadline); counts that disagree fail wait() on every rank, naming send_counts
     and recv_counts, with nothing moved."""
     sub = _fresh(comm)
-    if not sub._control.on_board:
-        pytest.skip("agreements routed (over MPI or across domains): an async call "
-                    "agrees at the call there")
     n, me = sub.size, sub.rank
     x = np.full(2 * n, me, np.float32)
     token = np.zeros(1, np.int64)

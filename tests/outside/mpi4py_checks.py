@@ -84,16 +84,15 @@ def test_dlpack_objects_in_their_element_type_and_ctypes_left_as_found():
 
 def test_rooted_v_forms_in_flight():
     """Igatherv, Iscatterv and Ireduce_scatter (and Gatherv_init) are in flight
-    where agreements are on a board: rank 1 calls each only after a message that
-    rank 0 sends after its own call, as an MPI program may (they exchanged counts
-    at the call before, and waited out the deadline). In place at the root; counts
-    that disagree (a sender's and the root's) fail every rank's Wait (its call
-    where agreements are routed), nothing written."""
+    (on a board and where agreements are routed): rank 1 calls each only after a
+    message that rank 0 sends after its own call, as an MPI program may (they
+    exchanged counts at the call before, and waited out the deadline). In place at
+    the root; counts that disagree (a sender's and the root's) fail every rank's
+    Wait, nothing written."""
     counts = [r % 3 + 1 for r in range(N)]
     displs = [int(d) for d in np.cumsum([0] + counts[:-1])]
     want = np.concatenate([np.full(k, r, np.float64) for r, k in enumerate(counts)])
     mine = slice(displs[R], displs[R] + counts[R])
-    on_board = W.communicator._control.on_board
     root = N - 1
     g = np.full(sum(counts), -1.0)
     back = np.full(counts[R], -1.0)
@@ -108,10 +107,10 @@ def test_rooted_v_forms_in_flight():
                                 back, root=root),
             lambda: W.Ireduce_scatter(np.arange(sum(counts), dtype=np.int64), rs, counts),
             lambda: (p.Start(), p)[1])):
-        if R == 1 and on_board:
+        if R == 1:
             W.Recv(np.zeros(1), 0, tag=50 + tag)
         q = call()
-        if R == 0 and N > 1 and on_board:
+        if R == 0 and N > 1:
             W.Send(np.zeros(1), 1, tag=50 + tag)
         q.Wait()
         if tag in (0, 3) and R == (root if tag == 0 else 0):
@@ -154,22 +153,18 @@ def test_scan_and_reductions_on_array_array():
     assert y[0] == N + 0.5
 
 
-def _late_rank0(on_board, tag):
-    """Rank 0 joins the next call late: on a board (where an async call returns at
-    once) once every other rank has told it, by a message on ``tag``
-    (``_release_rank0``), that it has looked at its call; where agreements are
-    routed (the call agrees before it returns: such a message would never be sent)
-    after 1 s."""
-    if R == 0 and on_board:
+def _late_rank0(tag):
+    """Rank 0 joins the next call late (an async call returns at once): once every
+    other rank has told it, by a message on ``tag`` (``_release_rank0``), that it
+    has looked at its call."""
+    if R == 0:
         for r in range(1, N):
             W.Recv(np.empty(1, np.int64), source=r, tag=tag)
-    elif R == 0:
-        time.sleep(1.0)
 
 
-def _release_rank0(on_board, tag):
+def _release_rank0(tag):
     """Tell rank 0, waiting in ``_late_rank0``, that this rank has looked."""
-    if R != 0 and on_board:
+    if R != 0:
         W.Send(np.zeros(1, np.int64), 0, tag=tag)
 
 
@@ -254,27 +249,22 @@ def test_nonblocking_collectives_progress_while_the_rank_sleeps():
                           (N * (N + 1) // 2))
     # one still in flight: rank 0 joins only once every other rank has tested it
     # (told by a message each, not by a sleep: on a loaded machine another rank can
-    # be held off the cores for longer than any sleep of rank 0's). Where agreements
-    # are routed the call agrees before it returns (docs/api.md, "Async calls"): the
-    # others wait in it for rank 0, which joins 1 s late, and by their Test the data
-    # may have moved
-    on_board = W.communicator._control.on_board
+    # be held off the cores for longer than any sleep of rank 0's), on a board and
+    # where agreements are routed
     y = np.full(8, R + 1, np.int64)
     out = np.empty(8, np.int64)
-    _late_rank0(on_board, 77)
+    _late_rank0(77)
     q = W.Iallreduce(y, out, MPI.MAX)
     t0 = time.perf_counter()
     early = (q.Test(), MPI.Request.Testall([q]), q._handle is not None)
     asked = time.perf_counter() - t0
-    _release_rank0(on_board, 77)
+    _release_rank0(77)
     index = MPI.Request.Waitany([q])
     # (a Test that found it done completed it: Waitany then has no active request)
     assert index == (MPI.UNDEFINED if early[0] or early[1] else 0)
     assert np.array_equal(out, np.full(8, N, np.int64))
-    if N > 1 and R != 0 and on_board:  # (rank 0 had not joined: nothing blocked)
+    if N > 1 and R != 0:  # (rank 0 had not joined: nothing blocked)
         assert early == (False, False, True) and asked < 0.5, (early, asked)
-    elif N > 1 and R != 0:  # (routed: nothing blocked; a done Test, Testall agrees)
-        assert asked < 0.5 and (early[1] or not early[0]), (early, asked)
 
 
 def test_point_to_point():
@@ -726,18 +716,17 @@ def test_persistent_collectives():
         assert out.tolist() == [step * N, N * (N - 1) / 2, N]
         assert g_out.tolist() == [v for r in range(N) for v in (r, step)]
     # one member starts late: the others' Test says False without waiting (on a
-    # board rank 0 starts once every other rank has tested, told by a message;
-    # where agreements are routed Start agrees before it returns, and rank 0 sleeps)
-    on_board = W.communicator._control.on_board
-    _late_rank0(on_board, 78)
+    # board and where agreements are routed, rank 0 starts once every other rank
+    # has tested, told by a message)
+    _late_rank0(78)
     ar.Start()
     t0 = time.perf_counter()
     early = ar.Test()
     asked = time.perf_counter() - t0
-    _release_rank0(on_board, 78)
+    _release_rank0(78)
     ar.Wait()
     if N > 1 and R != 0:
-        assert (not early or not on_board) and asked < 0.5, (early, asked)
+        assert not early and asked < 0.5, (early, asked)
     # an active persistent collective is neither cancelled nor freed (ERR_REQUEST)
     ar.Start()
     for what in (ar.Cancel, ar.Free):
@@ -786,16 +775,15 @@ def test_persistent_collectives():
     q.Free()
     with pytest.raises(TypeError, match="info"):
         W.Barrier_init(info="hints")
-    # in flight (where agreements are on a board): rank 1 starts it only after a
-    # message rank 0 sends after its own Start
+    # in flight: rank 1 starts it only after a message rank 0 sends after its own
+    # Start
     grid = W.Create_cart([N], periods=[True])
     got = np.full(2, -1, np.int32)
     q = grid.Neighbor_allgather_init(np.array([R], np.int32), got)
-    on_board = W.communicator._control.on_board
-    if R == 1 and on_board:
+    if R == 1:
         W.Recv(np.zeros(1), 0, tag=32)
     q.Start()
-    if R == 0 and N > 1 and on_board:
+    if R == 0 and N > 1:
         W.Send(np.zeros(1), 1, tag=32)
     q.Wait()
     assert got.tolist() == [(R - 1) % N, (R + 1) % N]
@@ -822,15 +810,14 @@ def test_alltoallw_with_a_datatype_per_rank():
     for j in range(N):
         got = rbuf[rdispls[j]:rdispls[j] + 2 * size[R]].view(npt[R])
         assert got.tolist() == [10 * j + R] * 2
-    # in flight (where agreements are on a board): rank 1 calls it only after a
-    # message rank 0 sends after its own call
+    # in flight: rank 1 calls it only after a message rank 0 sends after its own
+    # call
     again = np.zeros(16 * N, np.uint8)
-    on_board = W.communicator._control.on_board
-    if R == 1 and on_board:
+    if R == 1:
         W.Recv(np.zeros(1), 0, tag=31)
     q = W.Ialltoallw([sbuf, (counts, displs), types], [again, counts, rdispls,
                                                         [types[R]] * N])
-    if R == 0 and N > 1 and on_board:
+    if R == 0 and N > 1:
         W.Send(np.zeros(1), 1, tag=31)
     q.Wait()
     assert np.array_equal(again, rbuf)

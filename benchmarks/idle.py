@@ -7,6 +7,12 @@ CPU time (user + system, all threads of each process) spent meanwhile is summed
 over the ranks. Measured twice in the same run: with neuron_mpi's barrier (waiters
 sleep on a futex) and with Open MPI's own MPI_Barrier (the baseline: its waiters
 poll and yield when oversubscribed). Prints both totals and their ratio.
+
+Then the same wait with the barrier in flight (``barrier(async_op=True)``): each
+waiting rank starts it and sleeps ``--seconds`` + 0.5 outside neuron_mpi while its
+agent waits for rank 0, then waits on the handle. The wall time is about that sleep
+when the call returned at once, and the CPU is what the agents burnt meanwhile
+(across hosts or domains the agreement runs there too: control.RoutedAgreement).
 """
 from __future__ import annotations
 
@@ -40,6 +46,25 @@ def wait_cost(barrier, seconds: float) -> tuple[float, float]:
     return world.allreduce(used), world.allreduce(wall, op=MPI.MAX)
 
 
+def async_wait_cost(comm, seconds: float) -> tuple[float, float]:
+    """wait_cost with the barrier in flight while the waiting ranks sleep."""
+    world = MPI.COMM_WORLD
+    world.Barrier()
+    t0, c0 = time.perf_counter(), cpu()
+    if world.Get_rank() == 0:
+        time.sleep(seconds)
+        comm.barrier(async_op=True).wait()
+    else:
+        h = comm.barrier(async_op=True)
+        time.sleep(seconds + 0.5)
+        h.wait()
+    used = cpu() - c0
+    if world.Get_rank() == 0:
+        used = 0.0
+    wall = time.perf_counter() - t0
+    return world.allreduce(used), world.allreduce(wall, op=MPI.MAX)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=float, default=5.0)
@@ -48,12 +73,15 @@ def main(argv=None) -> int:
     comm.barrier()
     ours, wall_ours = wait_cost(comm.barrier, a.seconds)
     mpis, wall_mpi = wait_cost(MPI.COMM_WORLD.Barrier, a.seconds)
+    held, wall_held = async_wait_cost(comm, a.seconds)
     if comm.rank == 0:
         print(f"# {comm.size - 1} ranks wait {a.seconds:g} s for rank 0 at a barrier; "
               "CPU seconds summed over the waiting ranks")
         print(f"  neuron_mpi barrier : {ours:8.3f} CPU s  (wall {wall_ours:.2f} s)")
         print(f"  MPI_Barrier        : {mpis:8.3f} CPU s  (wall {wall_mpi:.2f} s)")
         print(f"  ratio neuron_mpi / MPI: {ours / mpis if mpis > 0 else float('nan'):.4f}")
+        print(f"  neuron_mpi barrier in flight, the waiting ranks asleep {a.seconds + 0.5:g} s: "
+              f"{held:8.3f} CPU s  (wall {wall_held:.2f} s)")
     return 0
 
 

@@ -82,6 +82,7 @@ class RoutedAgreement:
         self._steps = steps
         self._after = after
         self._wait = None  # what the steps wait for (None: not started)
+        self._ringing = None  # the _Turn it asked to be rung for (Board.wait_in_engine)
         self.over = self.broken = False
         self.error = None
 
@@ -122,9 +123,32 @@ class RoutedAgreement:
         if isinstance(w, Execution):
             return w.done or w.advance()
         if isinstance(w, _Turn):
-            return w.board.ready(w.parity, w.target)
+            b = w.board
+            if b.ready(w.parity, w.target):
+                self._unring()
+                return True
+            if self._ringing is None:  # (its board rings no doorbells otherwise: this
+                # thread would see the turn complete only at its next poll)
+                self._ringing = w
+                b.wait_in_engine(w.parity, 1)
+                if b.ready(w.parity, w.target):
+                    self._unring()
+                    return True
+            return False
         eng = self.control.comm._engine
         return all(eng.has(key) for key in w)
+
+    @property
+    def parked(self) -> bool:
+        """Waiting for nothing that comes over MPI: for a board's turn, whose
+        completion rings this rank's doorbell, or for the agreement ahead (whose
+        own execution is in flight). The agent then need not poll MPI for it."""
+        return self._ringing is not None or self._after is not None
+
+    def _unring(self) -> None:
+        w, self._ringing = self._ringing, None
+        if w is not None:
+            w.board.wait_in_engine(w.parity, -1)
 
     def fail(self, err: BaseException) -> None:
         """It failed, or its call did, before the agreement was over (a timeout, a
@@ -134,6 +158,7 @@ class RoutedAgreement:
             return
         self.broken = True
         self.error = err
+        self._unring()
         w = self._wait
         if isinstance(w, Execution) and not w.done:
             w.fail(err)
@@ -343,11 +368,10 @@ class Control:
         if len(by_dom) < 2 or max(len(v) for v in by_dom.values()) * FP_WORDS * 8 > \
                 eng.piece_bytes:
             return None
-        # (its own id; no doorbells rung, which would wake every member's agent:
-        # the Python of a blocking agreement sleeps on the board's counter, and an
-        # async call's agreement in the engine's progress sees a turn complete at
-        # its next poll: across domains an engine with work polls MPI at least every
-        # POLL_MAX, or POLL_IDLE once nothing moved for QUIET)
+        # (its own id; the Python of a blocking agreement sleeps on the board's
+        # counter, so no doorbells are rung, which would wake every member's agent,
+        # but while a member's async agreement waits for a turn in its engine's
+        # progress: RoutedAgreement, Board.wait_in_engine)
         board = eng.shm.board(comm._id | 1 << 62, [comm.ranks[m] for m in mine], ring=False)
         if board is None:
             return None
@@ -363,7 +387,7 @@ class Control:
         # reads but for the leader's row, before the first is complete: the leader
         # reads the first turn's table before it arrives at the second, and nobody
         # writes that table again before the second is complete)
-        local = yield from self._sub_turn_steps(sp, vec, sp.row == 0)
+        local = yield from self._sub_turn_steps(sp, vec, sp.row == 0, sp.board.bells[:1])
         verdict = np.zeros(1, np.int64)
         if sp.row == 0:  # the leader: every domain's table, then the verdict
             rows = local[:, :k]
@@ -382,12 +406,14 @@ class Control:
         # some member disagrees: the whole table, for every member's same error
         return (yield from self._routed_steps(vec, seq, 0))
 
-    def _sub_turn_steps(self, sp, row, wait: bool):
+    def _sub_turn_steps(self, sp, row, wait: bool, bells=None):
         """One turn on this domain's board of a two-level agreement: publish ``row``,
-        and with ``wait``, wait for every domain-mate and return their rows (a copy)."""
+        and with ``wait``, wait for every domain-mate and return their rows (a copy).
+        ``bells``: the doorbells of the members that wait for this turn (default
+        all; the first turn's: the leader's alone)."""
         b = sp.board
         p = sp.parity
-        target = b.arrive(p, sp.row, row)
+        target = b.arrive(p, sp.row, row, bells)
         if not wait:
             b.done(p)
             sp.parity ^= 1

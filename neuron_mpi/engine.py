@@ -600,6 +600,15 @@ class Engine:
             self.active.append(ex)
             if self.mpi is not None and not self.threaded:
                 self.progress()
+            elif ex.pre is not None:
+                # a routed agreement's first steps here, at the call (publish this
+                # rank's row, post its pieces): an agent may get a core only
+                # tens of ms later with 64 ranks on 2 cores, and every member
+                # waits for the last to publish
+                try:
+                    ex.advance()
+                except Exception as e:  # (its waiter raises it)
+                    ex.fail(e)
 
     def try_progress(self) -> None:
         """One non-blocking round of progress (async handles' test())."""
@@ -728,8 +737,13 @@ class Agent(threading.Thread):
                     continue
                 if self._halt or eng.driving:
                     continue
+                # (an execution whose agreement waits for a board's turn is rung
+                # when it completes: RoutedAgreement.parked)
+                busy = eng.outq or any(ex.pre is None or not ex.pre.parked for ex in eng.active)
+                if busy:  # (what it does now, not what it did: parked a while ago)
+                    pause = min(pause, POLL_MAX)
                 eng.bell.sleep(seen, pause if eng.mpi is not None else None)
-                pause = min(pause * 2, POLL_MAX if eng.active or eng.outq else POLL_IDLE)
+                pause = min(pause * 2, POLL_MAX if busy else POLL_IDLE)
         except BaseException as e:  # never die silently: the waiters would hang
             if not MPI.Is_finalized() and not self._halt:
                 print(f"[rank {eng.rank}] neuron_mpi agent stopped: {type(e).__name__}: {e}",

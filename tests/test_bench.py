@@ -455,6 +455,18 @@ def test_facade_halo_benchmark_runs_both_libraries_exactly():
     assert all(float(r[5]) == 1.0 for r in rows if r[2] == "mpi")
 
 
+def test_idle_benchmark_reports_the_three_waits():
+    """benchmarks/idle.py on 2 ranks where agreements are routed (every hop over
+    MPI): the barrier, Open MPI's and the barrier in flight while the waiting rank
+    sleeps, each with its CPU seconds and wall time, exit 0."""
+    prog = [sys.executable, str(ROOT / "benchmarks" / "idle.py")]
+    res = _launch(["--seconds", "0.3"], program=prog, ranks=2, NEURON_MPI_TRANSPORT="mpi")
+    assert res.returncode == 0, res.stdout + res.stderr
+    walls = [float(w) for w in re.findall(r"CPU s  \(wall ([\d.]+) s\)", res.stdout)]
+    assert len(walls) == 3 and "ratio neuron_mpi / MPI" in res.stdout, res.stdout
+    assert walls[2] >= 0.8, res.stdout  # (the waiting rank slept 0.8 s)
+
+
 def test_facade_objects_benchmark_runs_every_operation_alike():
     """benchmarks/facade_objects.py on 3 ranks: a row per object and operation,
     every rank's result the same as mpi4py's own call gave, exit 0."""

@@ -112,25 +112,32 @@ class Board:
     and adds one to that parity's arrival counter; the member whose add completes
     the count wakes the others: a futex wake on the counter if the Python path
     sleeps there (its sleepers are counted beside it) and a ring of every member's
-    doorbell (where compiled runs and the engine's waiters sleep). Two parities suffice:
+    doorbell (where compiled runs and the engine's waiters sleep; on a board made
+    with ``ring`` False only while a member waits for it there, counted in the
+    counter's third word: ``wait_in_engine``). Two parities suffice:
     a member writes call seq+2 only after every member arrived at seq+1, that is
     after every member has read the table of seq."""
 
-    def __init__(self, seg, index: int, bells: np.ndarray, ring_many):
+    def __init__(self, seg, index: int, bells: np.ndarray, ring_many, ring: bool = True):
         lay = seg.layout
         base = lay.boards + index * lay.board_stride
         self._seg = seg
         self.size = len(bells)
         self.bells = bells  # the members' local indices: their doorbells
         self._ring_many = ring_many
-        # per parity: [0] the arrivals, [1] the Python path's sleepers on them
-        self.counters = [_arr(seg.buf, base + 64 * (1 + p), np.int32, 2) for p in (0, 1)]
+        self._ring = ring
+        # per parity: [0] the arrivals, [1] the Python path's sleepers on them, [2] the
+        # members that wait for them in their engine's progress (wait_in_engine)
+        self.counters = [_arr(seg.buf, base + 64 * (1 + p), np.int32, 3) for p in (0, 1)]
         self.tables = [_arr(seg.buf, base + 192 + p * lay.L * FP_WORDS * 8, np.int64,
                             lay.L * FP_WORDS).reshape(lay.L, FP_WORDS) for p in (0, 1)]
         self.uses = [0, 0]  # this member's completed agreements per parity
 
-    def arrive(self, parity: int, member: int, row: np.ndarray) -> int:
-        """Publish ``row``; returns the counter value every member waits for."""
+    def arrive(self, parity: int, member: int, row: np.ndarray, bells=None) -> int:
+        """Publish ``row``; returns the counter value every member waits for.
+        ``bells``: the doorbells to ring when this completes the turn (default
+        every member's; on a board that rings only for members waiting in their
+        engine, those of the members that may wait for this turn)."""
         t = self.tables[parity]
         t[member, :row.size] = row
         t[member, row.size:] = 0
@@ -140,11 +147,20 @@ class Board:
         if old + 1 == target:
             if A.load(c, 1) > 0:
                 futex.wake(c.ctypes.data)
-            self._ring_many(self.bells)
+            if self._ring or A.load(c, 2) > 0:
+                self._ring_many(self.bells if bells is None else bells)
         return target
 
     def ready(self, parity: int, target: int) -> bool:
         return int(A.load(self.counters[parity], 0)) - target >= 0
+
+    def wait_in_engine(self, parity: int, n: int) -> None:
+        """``n`` = 1: this member waits for the turn of ``parity`` in its engine's
+        progress, asleep on its doorbell (an async call's agreement), so the last
+        to arrive must ring the doorbells even on a board that rings none; -1:
+        no longer. Raise it before looking at ready() again: an arrival either
+        comes after it (and rings) or is seen by that look."""
+        A.fetch_add(self.counters[parity], 2, n)
 
     def wait(self, parity: int, target: int, timeout: float | None) -> bool:
         """Sleep until every member arrived (True) or ``timeout`` passed (False)."""

@@ -296,7 +296,8 @@ class ShmTransport:
         ranks) are all in this domain (claimed by compare-and-swap in an
         open-addressed table), or None when the table is full. ``ring``: the
         last member to arrive rings every member's doorbell (where compiled runs
-        wait for the agreement) besides waking the board's own sleepers."""
+        wait for the agreement) besides waking the board's own sleepers; False:
+        only while a member waits for it in its engine (Board.wait_in_engine)."""
         b = self._boards.get(comm_id)
         if b is not None:
             return b
@@ -306,7 +307,7 @@ class ShmTransport:
             old = A.compare_exchange(self._board_area, idx * self._board_words, 0, comm_id)
             if old == 0 or old == comm_id:
                 b = Board(self.seg, idx, np.array([self.local[r] for r in ranks], np.int64),
-                          self._ring_many if ring else _ring_none)
+                          self._ring_many, ring)
                 self._boards[comm_id] = b
                 return b
         return None
@@ -321,10 +322,6 @@ class ShmTransport:
         self._boards.clear()
         self.seg8 = self._board_area = None
         self.seg.close()
-
-
-def _ring_none(bells) -> None:
-    pass
 
 
 __all__ = ["ShmTransport", "HDR_WORDS"]

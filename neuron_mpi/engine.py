@@ -609,6 +609,11 @@ class Engine:
                     ex.advance()
                 except Exception as e:  # (its waiter raises it)
                     ex.fail(e)
+        # the agent sleeps on its own word (which leaving held() rings) only while
+        # it has nothing to do; with work in flight, or an MPI transport to poll, it
+        # sleeps on the doorbell, up to POLL_IDLE when idle: ring it too, or the new
+        # execution would wait for the next ring or poll
+        self.bell.ring()
 
     def try_progress(self) -> None:
         """One non-blocking round of progress (async handles' test())."""

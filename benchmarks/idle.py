@@ -31,14 +31,18 @@ def cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def wait_cost(barrier, seconds: float) -> tuple[float, float]:
-    """(CPU seconds summed over ranks, wall seconds of the slowest rank)."""
+def wait_cost(barrier, seconds: float, waiting=None) -> tuple[float, float]:
+    """(CPU seconds summed over ranks, wall seconds of the slowest rank): rank 0
+    sleeps ``seconds`` and calls ``barrier``, the others call ``waiting`` (default
+    ``barrier``)."""
     world = MPI.COMM_WORLD
     world.Barrier()
     t0, c0 = time.perf_counter(), cpu()
     if world.Get_rank() == 0:
         time.sleep(seconds)
-    barrier()
+        barrier()
+    else:
+        (waiting or barrier)()
     used = cpu() - c0
     if world.Get_rank() == 0:
         used = 0.0  # the sleeper's own time is not waiting
@@ -46,23 +50,14 @@ def wait_cost(barrier, seconds: float) -> tuple[float, float]:
     return world.allreduce(used), world.allreduce(wall, op=MPI.MAX)
 
 
-def async_wait_cost(comm, seconds: float) -> tuple[float, float]:
-    """wait_cost with the barrier in flight while the waiting ranks sleep."""
-    world = MPI.COMM_WORLD
-    world.Barrier()
-    t0, c0 = time.perf_counter(), cpu()
-    if world.Get_rank() == 0:
-        time.sleep(seconds)
-        comm.barrier(async_op=True).wait()
-    else:
+def asleep_in_flight(comm, seconds: float):
+    """A waiting rank's part of the barrier in flight: start it, sleep outside
+    neuron_mpi, then wait on it."""
+    def run():
         h = comm.barrier(async_op=True)
-        time.sleep(seconds + 0.5)
+        time.sleep(seconds)
         h.wait()
-    used = cpu() - c0
-    if world.Get_rank() == 0:
-        used = 0.0
-    wall = time.perf_counter() - t0
-    return world.allreduce(used), world.allreduce(wall, op=MPI.MAX)
+    return run
 
 
 def main(argv=None) -> int:
@@ -73,7 +68,8 @@ def main(argv=None) -> int:
     comm.barrier()
     ours, wall_ours = wait_cost(comm.barrier, a.seconds)
     mpis, wall_mpi = wait_cost(MPI.COMM_WORLD.Barrier, a.seconds)
-    held, wall_held = async_wait_cost(comm, a.seconds)
+    held, wall_held = wait_cost(lambda: comm.barrier(async_op=True).wait(), a.seconds,
+                                asleep_in_flight(comm, a.seconds + 0.5))
     if comm.rank == 0:
         print(f"# {comm.size - 1} ranks wait {a.seconds:g} s for rank 0 at a barrier; "
               "CPU seconds summed over the waiting ranks")

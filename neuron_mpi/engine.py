@@ -679,6 +679,13 @@ class Engine:
             t.close()
 
 
+def _parked(ex) -> bool:
+    """``ex`` waits in its routed agreement for a turn that rings this rank (read
+    without the engine's lock: ``pre`` is read once, as another thread may end it)."""
+    pre = ex.pre
+    return pre is not None and pre.parked
+
+
 class _DrainTimeout(Exception):
     pass
 
@@ -744,7 +751,7 @@ class Agent(threading.Thread):
                     continue
                 # (an execution whose agreement waits for a board's turn is rung
                 # when it completes: RoutedAgreement.parked)
-                busy = eng.outq or any(ex.pre is None or not ex.pre.parked for ex in eng.active)
+                busy = eng.outq or not all(_parked(ex) for ex in eng.active)
                 if busy:  # (what it does now, not what it did: parked a while ago)
                     pause = min(pause, POLL_MAX)
                 eng.bell.sleep(seen, pause if eng.mpi is not None else None)

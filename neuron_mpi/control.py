@@ -11,7 +11,7 @@ Two ways, on the same engine as the data:
   engine (shared memory where it can, MPI between domains), under control keys
   that never meet data keys; the census sends an empty piece to every member.
 
-A call's argument agreement across domains (``agree``) needs only to know whether
+A call's argument agreement across domains (``_agree_steps``) needs only to know whether
 every fingerprint is the same (and whether all-to-all-v's shares of the count check
 sum to 0), so after a communicator's first call it runs in two
 levels: the members of each domain meet on a board of their own, the first member
@@ -202,25 +202,6 @@ class Control:
     def on_board(self) -> bool:
         return self._board is not None
 
-    def allgather(self, vec: np.ndarray, seq: int, which: int, deadline, expired) -> np.ndarray:
-        """(group size, len(vec)) table of every member's ``vec`` (int64). ``which``
-        tells two exchanges of one call apart. Past ``deadline`` raises
-        ``expired()`` (a CollectiveTimeoutError) with the absent members named."""
-        vec = np.ascontiguousarray(vec, np.int64).reshape(-1)
-        return self._run(self._allgather_steps(vec, seq, which, deadline, expired), seq,
-                         deadline, expired)
-
-    def agree(self, vec: np.ndarray, nf: int, seq: int, deadline, expired) -> np.ndarray:
-        """The members' ``vec`` (int64, at most FP_WORDS: a fingerprint's ``nf``
-        fields, which must be the same on every member, then words whose sums over
-        the members must be 0: all-to-all-v's agree.pair_share) as a table for
-        agree.compare and agree.pairs_agree. Across domains, after the
-        communicator's first call, in two levels (the module's docstring): then,
-        when they agree, the table is the fields repeated and zeros. Past
-        ``deadline`` raises ``expired()`` with the absent members named."""
-        return self._run(self._agree_steps(vec, nf, seq, deadline, expired,
-                                           self.comm._engine.held), seq, deadline, expired)
-
     def exchange(self, fp, op: str, seq: int, rows, share: int, deadline, expired) -> None:
         """A call's whole argument agreement (comm.Communicator._exchange): raises
         the same error on every member when they disagree."""
@@ -282,6 +263,12 @@ class Control:
         return (yield from self._routed_steps(vec, seq, which))
 
     def _agree_steps(self, vec, nf, seq, deadline, expired, held):
+        """The members' ``vec`` (int64, at most FP_WORDS: a fingerprint's ``nf``
+        fields, which must be the same on every member, then words whose sums over
+        the members must be 0: all-to-all-v's agree.pair_share) as a table for
+        agree.compare and agree.pairs_agree. Across domains, after the
+        communicator's first call, in two levels (the module's docstring): then,
+        when they agree, the table is the fields repeated and zeros."""
         if self._board is not None or vec.size > FP_WORDS:
             return (yield from self._allgather_steps(vec, seq, 0, deadline, expired))
         # every member's vector as long, whatever call it makes (as a board's rows

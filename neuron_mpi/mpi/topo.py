@@ -169,6 +169,13 @@ class _Neighbourhood:
         return self._c.all_to_all_v(x, send_counts, recv_counts, out=got,
                                     async_op=async_op), place
 
+    @property
+    def _kept_bytes(self) -> int:
+        """The bytes of the arrays kept with the layouts (_layout: at most
+        KEEP_BYTES)."""
+        return sum(b[0].nbytes + b[1].nbytes
+                   for *_, b in self.__dict__.get("_layouts", {}).values() if b is not None)
+
     def _layout(self, sizes, counts, displs, itemsize):
         """_swap's layout for blocks of ``sizes`` bytes out and ``counts`` elements
         (of ``itemsize`` bytes) in at ``displs``: the parts in the order they are
@@ -204,15 +211,11 @@ class _Neighbourhood:
                 at += counts[j]
         nbytes = sum(send_counts) + sum(recv_counts)
         keep = nbytes <= KEEP_BYTES
-        used = self.__dict__.get("_kept_bytes", 0)
-        if len(kept) >= 16 or keep and used + nbytes > KEEP_BYTES:
+        if len(kept) >= 16 or keep and self._kept_bytes + nbytes > KEEP_BYTES:
             kept.clear()
-            used = 0
         bufs = None
         if keep:
             bufs = np.empty(sum(send_counts), np.uint8), np.empty(sum(recv_counts), np.uint8)
-            used += nbytes
-        self._kept_bytes = used
         got = order, send_counts, recv_counts, tuple(spans), bufs
         kept[key] = got
         return got
